@@ -1,0 +1,1 @@
+"""Crawl tasks shipped with rccrawler, named by dotted path in settings.yaml."""

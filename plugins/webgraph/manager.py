@@ -1,0 +1,20 @@
+"""WebGraphManager: the default crawl task."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from plugins.webgraph.unloaders import CsvGraphUnloader, GraphMLUnloader, SkippedUnloader
+from rccrawler.manager import ApplicationManager
+from rccrawler.unloaders import ReportUnloader, ResultUnloader
+
+
+class WebGraphManager(ApplicationManager):
+    """Crawls the sites and writes their web graphs (nodes, arcs, GraphML, skipped, report)."""
+
+    unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (
+        CsvGraphUnloader,
+        GraphMLUnloader,
+        SkippedUnloader,
+        ReportUnloader,
+    )

@@ -1,0 +1,59 @@
+"""rccrawler: a polite, resumable, multithreaded crawler framework (the RCCrawler architecture).
+
+This file pulls together the public API: the classes a crawl task subclasses
+and the records that threads exchange through the DataManager.
+"""
+
+from __future__ import annotations
+
+from rccrawler.data.base import DataManager
+from rccrawler.exceptions import (
+    ConfigError,
+    FetchError,
+    NotConfigured,
+    RCCrawlerError,
+    StateError,
+    StopCrawl,
+)
+from rccrawler.finisher import ApplicationFinisher
+from rccrawler.manager import ApplicationManager, load_settings
+from rccrawler.records import (
+    CrawlStats,
+    HostData,
+    HostStats,
+    PageArc,
+    PageData,
+    PageId,
+    PageState,
+    SkipReason,
+)
+from rccrawler.threads import CrawlerThread, DownloadingThread, ParsingThread, RoutineThread
+from rccrawler.unloaders import ResultUnloader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApplicationFinisher",
+    "ApplicationManager",
+    "ConfigError",
+    "CrawlStats",
+    "CrawlerThread",
+    "DataManager",
+    "DownloadingThread",
+    "FetchError",
+    "HostData",
+    "HostStats",
+    "NotConfigured",
+    "PageArc",
+    "PageData",
+    "PageId",
+    "PageState",
+    "ParsingThread",
+    "RCCrawlerError",
+    "ResultUnloader",
+    "RoutineThread",
+    "SkipReason",
+    "StateError",
+    "StopCrawl",
+    "__version__",
+]

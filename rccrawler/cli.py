@@ -1,0 +1,183 @@
+"""The command line: rccrawler --config FILE | stop | status | demo (SPEC §3)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rccrawler.exceptions import ConfigError, StateError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import FrameType
+
+    from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger("rccrawler")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+RESUME_MESSAGE = "stopped: run the same command to resume"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rccrawler",
+        description="Crawl sites breadth-first into per-site web graphs (rccrawler --config FILE).",
+    )
+    parser.add_argument("command", nargs="?", default="crawl",
+                        choices=["crawl", "stop", "status", "demo"],
+                        help="what to do (default: crawl)")  # fmt: skip
+    parser.add_argument("--config", "-c", metavar="FILE", help="settings.yaml of the crawl")
+    parser.add_argument("--fresh", action="store_true", help="discard saved state first")
+    parser.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
+    parser.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.add_argument("--json", action="store_true", help="status: print JSON")
+    parser.add_argument("--output", metavar="DIR", help="demo: where to write (default output/demo)")
+    return parser
+
+
+def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        handlers=handlers,
+        force=True,
+    )
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    setup_logging(args.verbose, args.quiet, args.log_file)
+    try:
+        if args.command == "demo":
+            from rccrawler.demo import run_demo
+
+            return run_demo(Path(args.output) if args.output else Path("output/demo"))
+        if not args.config:
+            print(f"rccrawler {args.command}: --config FILE is required", file=sys.stderr)
+            return EXIT_USAGE
+        if args.command == "stop":
+            return stop_command(args.config)
+        if args.command == "status":
+            return status_command(args.config, as_json=args.json)
+        return crawl_command(args.config, fresh=args.fresh)
+    except ConfigError as exc:
+        print(f"rccrawler: bad config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StateError as exc:
+        print(f"rccrawler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def crawl_command(config: str, *, fresh: bool) -> int:
+    from rccrawler.manager import load_settings
+
+    manager_cls, settings = load_settings(config)
+    if fresh:
+        manager_cls.fresh(settings)
+    manager = manager_cls(settings)
+    return run_manager(manager)
+
+
+def run_manager(manager: ApplicationManager) -> int:
+    """Run a crawl with signal handling: the first SIGINT/SIGTERM stops cleanly, a second at once."""
+    interrupts = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts > 1:
+            # Every committed call is on disk (WAL); the running pages are re-queued on resume.
+            os._exit(130)
+        manager.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        finished = manager.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not finished:
+        print(RESUME_MESSAGE)
+        return EXIT_OK
+    report = manager.report
+    print_summary(manager, report)
+    return EXIT_OK
+
+
+def print_summary(manager: ApplicationManager, report: dict[str, object]) -> None:
+    sites = report.get("sites", {})
+    assert isinstance(sites, dict)
+    for host, site in sites.items():
+        print(
+            f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
+            f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
+            f"{site['elapsed_s']} s — {site['stop_reason']}"
+        )
+    print(f"results in {manager.settings.output_dir}")
+
+
+def stop_command(config: str) -> int:
+    from rccrawler.manager import STOP_FILE, load_settings
+
+    _cls, settings = load_settings(config)
+    if not settings.state_dir.exists():
+        print(f"rccrawler stop: no crawl state in {settings.state_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    (settings.state_dir / STOP_FILE).write_text("stop\n", encoding="utf-8")
+    print(f"stop requested for the crawl in {settings.state_dir}")
+    return EXIT_OK
+
+
+def status_command(config: str, *, as_json: bool) -> int:
+    from rccrawler.data.sqlite import SQLiteDataManager
+    from rccrawler.manager import STATE_FILE, load_settings
+
+    _cls, settings = load_settings(config)
+    path = settings.state_dir / STATE_FILE
+    if not path.exists():
+        print(f"no saved crawl in {settings.state_dir}")
+        return EXIT_FAILED
+    data = SQLiteDataManager(path)
+    data.open()
+    try:
+        stats = data.statistics()
+    finally:
+        data.close()
+    rows = [
+        {
+            "host": h.host, "done": h.done, "waiting": h.waiting, "running": h.running + h.downloaded,
+            "errors": h.errors, "duplicates": h.duplicates, "skipped": h.skipped,
+            "stop_reason": h.stop_reason,
+        }
+        for h in stats.hosts
+    ]  # fmt: skip
+    if as_json:
+        print(json.dumps({"sites": rows, "pages_done": stats.pages_done}))
+        return EXIT_OK
+    print(f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'errors':>7} {'dups':>6}  stop reason")
+    for row in rows:
+        print(
+            f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
+            f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
+        )
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The DataManager contract: every public method is atomic and returns copies."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rccrawler.records import (
+        CrawlStats,
+        DownloadResult,
+        FoundLink,
+        HostData,
+        PageData,
+        PageId,
+        SkippedLink,
+        SkipReason,
+    )
+
+SCHEMA_VERSION = 1
+
+
+class DataManager(ABC):
+    """The only channel between threads. Every public method is atomic.
+
+    Threads never talk to each other: a DownloadingThread leases a page with
+    take_for_download() and hands the response back with store_download(); a
+    ParsingThread leases it with take_for_parsing() and hands the links back
+    with store_parse(). Politeness (crawl delay, per-host concurrency, the
+    breadth-first level barrier) is enforced inside the take methods, so no
+    thread can break it.
+    """
+
+    # -- lifecycle -------------------------------------------------------
+    def open(self) -> None:
+        """Create or check the storage. No-op by default."""
+
+    def close(self) -> None:
+        """Flush and release the storage. No-op by default."""
+
+    @abstractmethod
+    def check_identity(self, manager: str, storage: str) -> None:
+        """Record (first run) or compare (resume) what crawl this state belongs to.
+
+        Raises:
+            StateError: the state was written by another schema version,
+                manager or storage.
+        """
+
+    @abstractmethod
+    def recover(self) -> int:
+        """Put pages leased by a process that died back in their queue.
+
+        Returns:
+            How many pages were put back.
+        """
+
+    # -- sites and robots -------------------------------------------------
+    @abstractmethod
+    def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
+        """Register a site and queue its start page, unless it is known already.
+
+        Returns:
+            True when the site is new to this state.
+        """
+
+    @abstractmethod
+    def take_robots(self) -> HostData | None:
+        """Lease a host whose robots.txt is not fetched yet (it is then FETCHING)."""
+
+    @abstractmethod
+    def store_robots(
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
+    ) -> None:
+        """Store a host's robots.txt; ``blocked`` means nothing of it may be crawled."""
+
+    @abstractmethod
+    def hosts(self) -> list[HostData]:
+        """Copies of every site's HostData."""
+
+    @abstractmethod
+    def host(self, host: str) -> HostData | None:
+        """A copy of one site's HostData."""
+
+    # -- downloading -------------------------------------------------------
+    @abstractmethod
+    def take_for_download(self) -> PageData | None:
+        """Lease the next due page (RUNNING) and return a copy.
+
+        None means "nothing due now", not "crawl over": the host may be
+        waiting for its crawl delay, at its concurrency limit, or behind the
+        breadth-first barrier.
+        """
+
+    @abstractmethod
+    def mark_request_sent(self, host: str) -> None:
+        """Note that a request to ``host`` starts now (the crawl delay counts from here)."""
+
+    @abstractmethod
+    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
+        """Store the outcome of a download and release the lease.
+
+        A 200 HTML body waits for parsing unless its hash is known (a
+        duplicate); anything else ends the page, or puts it back in the queue
+        for another attempt.
+        """
+
+    @abstractmethod
+    def store_redirect(
+        self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
+    ) -> None:
+        """Move a page to its redirect target, or end it (loop, off-site, robots)."""
+
+    @abstractmethod
+    def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
+        """End a leased page without fetching it (e.g. robots disallow found late)."""
+
+    # -- parsing ------------------------------------------------------------
+    @abstractmethod
+    def take_for_parsing(self) -> tuple[PageData, bytes] | None:
+        """Lease a downloaded page (PARSING) with its body."""
+
+    @abstractmethod
+    def store_parse(
+        self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
+    ) -> None:
+        """Queue the new internal links, add arcs, record skipped links, end the page."""
+
+    # -- reading -------------------------------------------------------------
+    @abstractmethod
+    def statistics(self) -> CrawlStats:
+        """A frozen snapshot of running counters; never a table scan."""
+
+    @abstractmethod
+    def set_stop_reason(self, host: str, reason: str) -> None:
+        """Record why a site's crawl ended (shown in status and report.json)."""
+
+    @abstractmethod
+    def iter_pages(self, host: str) -> Iterator[PageData]:
+        """Every page of a site, by id, read in batches (for the unloaders)."""
+
+    @abstractmethod
+    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        """Every arc found on a site's pages (raw ids; unloaders resolve replace_id)."""
+
+    @abstractmethod
+    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
+        """(url, reason, found_on url) of links of a site that never became pages."""

@@ -1,0 +1,832 @@
+"""The SQLite DataManager: one WAL database file in state_dir, one lock, one transaction per call."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from rccrawler.data.base import SCHEMA_VERSION, DataManager
+from rccrawler.exceptions import StateError
+from rccrawler.records import (
+    CrawlStats,
+    DownloadResult,
+    FoundLink,
+    HostData,
+    HostStats,
+    PageData,
+    PageId,
+    PageState,
+    RobotsState,
+    SkippedLink,
+    SkipReason,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    host TEXT PRIMARY KEY, data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pages (
+    id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL,
+    url TEXT NOT NULL,
+    normalized_url TEXT NOT NULL,
+    id_from INTEGER,
+    level INTEGER NOT NULL,
+    out_degree INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    downloaded INTEGER NOT NULL DEFAULT 0,
+    parsed INTEGER NOT NULL DEFAULT 0,
+    http_status INTEGER,
+    content_type TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL DEFAULT '',
+    error_code TEXT NOT NULL DEFAULT '',
+    replace_id INTEGER,
+    download_attempts INTEGER NOT NULL DEFAULT 0,
+    redirect_target TEXT NOT NULL DEFAULT '',
+    redirect_hops INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0,
+    truncated INTEGER NOT NULL DEFAULT 0,
+    referer TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
+CREATE INDEX IF NOT EXISTS pages_parse ON pages (state, level, id);
+CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash) WHERE content_hash != '';
+CREATE TABLE IF NOT EXISTS urls (
+    normalized_url TEXT PRIMARY KEY, page_id INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS bodies (page_id INTEGER PRIMARY KEY, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS arcs (
+    from_id INTEGER NOT NULL, to_id INTEGER NOT NULL, host TEXT NOT NULL,
+    PRIMARY KEY (from_id, to_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host);
+CREATE TABLE IF NOT EXISTS skipped (
+    host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on INTEGER,
+    PRIMARY KEY (host, url)
+) WITHOUT ROWID;
+"""
+
+_PAGE_COLUMNS = (
+    "id, host, url, normalized_url, id_from, level, out_degree, state, downloaded, parsed, "
+    "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
+    "redirect_target, redirect_hops, bytes, truncated, referer"
+)
+
+_IN_PROGRESS = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+
+
+def _page(row: tuple[object, ...]) -> PageData:
+    (pid, host, url, norm, id_from, level, out_degree, state, downloaded, parsed, status,
+     ctype, chash, error, replace_id, attempts, target, hops, size, truncated, referer) = row  # fmt: skip
+    return PageData(
+        id=PageId(int(pid)),  # type: ignore[call-overload]
+        host=str(host),
+        url=str(url),
+        normalized_url=str(norm),
+        id_from=PageId(int(id_from)) if id_from is not None else None,  # type: ignore[call-overload]
+        level=int(level),  # type: ignore[call-overload]
+        out_degree=int(out_degree),  # type: ignore[call-overload]
+        state=PageState(state),
+        downloaded=bool(downloaded),
+        parsed=bool(parsed),
+        http_status=int(status) if status is not None else None,  # type: ignore[call-overload]
+        content_type=str(ctype),
+        content_hash=str(chash),
+        error_code=str(error),
+        replace_id=PageId(int(replace_id)) if replace_id is not None else None,  # type: ignore[call-overload]
+        download_attempts=int(attempts),  # type: ignore[call-overload]
+        redirect_target=str(target),
+        redirect_hops=int(hops),  # type: ignore[call-overload]
+        bytes=int(size),  # type: ignore[call-overload]
+        truncated=bool(truncated),
+        referer=str(referer),
+    )
+
+
+def _host_to_json(host: HostData) -> str:
+    return json.dumps({name: getattr(host, name) for name in HostData.__slots__})
+
+
+def _host_from_json(text: str) -> HostData:
+    raw = json.loads(text)
+    raw["robots_state"] = RobotsState(raw.get("robots_state", "pending"))
+    known = set(HostData.__slots__)
+    return HostData(**{k: v for k, v in raw.items() if k in known})
+
+
+class _HostCounters:
+    """Running totals of one site, kept in memory so statistics() never scans a table."""
+
+    __slots__ = (
+        "admitted", "aliases", "by_state", "duplicates", "bytes", "errors", "levels", "budget_hit",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.admitted = 0
+        self.by_state: Counter[str] = Counter()
+        self.duplicates = 0
+        self.aliases = 0
+        """Redirects to a page known already: done, but not pages of their own."""
+        self.bytes = 0
+        self.errors: Counter[str] = Counter()
+        self.levels: Counter[int] = Counter()
+        """Levels of the pages in progress: the breadth-first barrier."""
+        self.budget_hit = False
+
+    def move(self, old: str | None, new: str) -> None:
+        if old is not None:
+            self.by_state[old] -= 1
+        self.by_state[new] += 1
+
+
+class SQLiteDataManager(DataManager):
+    """The default DataManager: a SQLite database ``crawl.sqlite3`` in ``state_dir``.
+
+    One connection guarded by one lock; every public method runs inside
+    ``with self._lock`` and commits once. WAL with ``synchronous=NORMAL``
+    means a committed call survives ``kill -9`` of the process.
+
+    Args:
+        path: the database file.
+        max_pages: per-site budget of pages (0 = none), enforced when links are added.
+        max_download_attempts: attempts before a retryable error is final.
+        max_redirects: hops before a redirect chain is an error.
+        clock: wall-clock time source (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_pages: int = 0,
+        max_download_attempts: int = 3,
+        max_redirects: int = 10,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.max_pages = max_pages
+        self.max_download_attempts = max_download_attempts
+        self.max_redirects = max_redirects
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._hosts: dict[str, HostData] = {}
+        self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
+        self._next_id = 1
+        self._rotation = 0
+        self._pages_done = 0
+        self._bytes = 0
+
+    # -- lifecycle -------------------------------------------------------
+    def open(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=30
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open the state database {self.path}: {exc}") from exc
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA cache_size=-16000")
+            db.execute("PRAGMA temp_store=MEMORY")
+            db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            db.close()
+            raise StateError(f"{self.path} is not a usable crawl state ({exc})") from exc
+        self._db = db
+        self._load_memory()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                try:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error:
+                    pass  # the WAL is still valid; the next open replays it
+                self._db.close()
+                self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StateError("the DataManager is not open")
+        return self._db
+
+    def _load_memory(self) -> None:
+        db = self.db
+        self._hosts = {
+            host: _host_from_json(data) for host, data in db.execute("SELECT host, data FROM hosts")
+        }
+        for host in self._hosts.values():
+            host.in_flight = 0
+        self._counters = defaultdict(_HostCounters)
+        for host, state, count in db.execute(
+            "SELECT host, state, count(*) FROM pages GROUP BY host, state"
+        ):
+            counters = self._counters[host]
+            counters.by_state[state] = count
+            counters.admitted += count
+        for host, count in db.execute(
+            "SELECT host, count(*) FROM pages WHERE replace_id IS NOT NULL AND error_code = '' "
+            "GROUP BY host"
+        ):
+            self._counters[host].duplicates = count
+        for host, count in db.execute(
+            "SELECT host, count(*) FROM pages WHERE error_code = 'redirect' GROUP BY host"
+        ):
+            self._counters[host].aliases = count
+        for host, error, count in db.execute(
+            "SELECT host, error_code, count(*) FROM pages WHERE state = 'error' "
+            "GROUP BY host, error_code"
+        ):
+            self._counters[host].errors[error] = count
+        for host, size in db.execute("SELECT host, sum(bytes) FROM pages GROUP BY host"):
+            self._counters[host].bytes = int(size or 0)
+        for host, level, count in db.execute(
+            "SELECT host, level, count(*) FROM pages WHERE state IN (?, ?, ?) GROUP BY host, level",
+            _IN_PROGRESS,
+        ):
+            self._counters[host].levels[level] = count
+        for (host,) in db.execute("SELECT DISTINCT host FROM skipped WHERE reason = 'budget'"):
+            self._counters[host].budget_hit = True
+        row = db.execute("SELECT max(id) FROM pages").fetchone()
+        self._next_id = (row[0] or 0) + 1
+        self._pages_done = sum(
+            c.by_state[PageState.DONE] - c.aliases for c in self._counters.values()
+        )
+        self._bytes = sum(c.bytes for c in self._counters.values())
+
+    def check_identity(self, manager: str, storage: str) -> None:
+        with self._lock:
+            db = self.db
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if not meta:
+                db.execute("BEGIN")
+                db.executemany(
+                    "INSERT INTO meta VALUES (?, ?)",
+                    [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
+                     ("storage", storage), ("created", str(self.clock()))],
+                )  # fmt: skip
+                db.execute("COMMIT")
+                return
+        if meta.get("schema_version") != str(SCHEMA_VERSION):
+            raise StateError(
+                f"the state in {self.path.parent} was written by schema version "
+                f"{meta.get('schema_version')}, this rccrawler uses {SCHEMA_VERSION}; "
+                "run with --fresh to start over"
+            )
+        if meta.get("manager") != manager:
+            raise StateError(
+                f"the state in {self.path.parent} belongs to manager {meta.get('manager')!r}, "
+                f"the settings name {manager!r}; run with --fresh to start over"
+            )
+        if meta.get("storage") != storage:
+            raise StateError(
+                f"the state in {self.path.parent} was kept in storage {meta.get('storage')!r}, "
+                f"the settings name {storage!r}; run with --fresh to start over"
+            )
+
+    def recover(self) -> int:
+        with self._lock:
+            db = self.db
+            db.execute("BEGIN")
+            moved = db.execute(
+                "UPDATE pages SET state = 'waiting' WHERE state = 'running'"
+            ).rowcount
+            moved += db.execute(
+                "UPDATE pages SET state = 'downloaded' WHERE state = 'parsing'"
+            ).rowcount
+            for host in self._hosts.values():
+                if host.robots_state is RobotsState.FETCHING:
+                    host.robots_state = RobotsState.PENDING
+                    self._save_host(host)
+            db.execute("COMMIT")
+            self._load_memory()
+            return moved
+
+    # -- sites and robots ------------------------------------------------
+    def _save_host(self, host: HostData) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO hosts (host, data) VALUES (?, ?)",
+            (host.host, _host_to_json(host)),
+        )
+
+    def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
+        with self._lock:
+            db = self.db
+            if host.host in self._hosts:
+                known = self._hosts[host.host]
+                # Settings may change between runs; politeness follows the newest.
+                known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
+                known.max_downloads_at_time = host.max_downloads_at_time
+                known.max_crawl_level = host.max_crawl_level
+                db.execute("BEGIN")
+                self._save_host(known)
+                db.execute("COMMIT")
+                return False
+            host = replace(host, started_at=self.clock())
+            db.execute("BEGIN")
+            self._hosts[host.host] = host
+            self._save_host(host)
+            self._insert_pages(
+                [(host.host, start_url, normalized_url, None, 0, "")], self._counters[host.host]
+            )
+            db.execute("COMMIT")
+            return True
+
+    def _insert_pages(
+        self,
+        rows: Sequence[tuple[str, str, str, int | None, int, str]],
+        counters: _HostCounters,
+    ) -> list[int]:
+        """Insert WAITING pages (host, url, normalized, id_from, level, referer); returns ids."""
+        ids = list(range(self._next_id, self._next_id + len(rows)))
+        self._next_id += len(rows)
+        self.db.executemany(
+            "INSERT INTO pages (id, host, url, normalized_url, id_from, level, state, referer) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?)",
+            [(pid, *row) for pid, row in zip(ids, rows, strict=True)],
+        )
+        self.db.executemany(
+            "INSERT INTO urls (normalized_url, page_id) VALUES (?, ?)",
+            [(row[2], pid) for pid, row in zip(ids, rows, strict=True)],
+        )
+        counters.admitted += len(rows)
+        counters.by_state[PageState.WAITING] += len(rows)
+        return ids
+
+    def take_robots(self) -> HostData | None:
+        with self._lock:
+            now = self.clock()
+            for host in self._hosts.values():
+                if host.robots_state is RobotsState.PENDING and host.next_fetch_at <= now:
+                    host.robots_state = RobotsState.FETCHING
+                    host.next_fetch_at = now + host.crawl_delay
+                    return replace(host)
+            return None
+
+    def store_robots(
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
+    ) -> None:
+        with self._lock:
+            db = self.db
+            data = self._hosts[host]
+            data.robots_state = RobotsState.READY
+            data.robots_status = status
+            data.robots_text = text
+            if crawl_delay is not None and crawl_delay > data.crawl_delay:
+                data.crawl_delay = crawl_delay
+            data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
+            db.execute("BEGIN")
+            if blocked:
+                data.stop_reason = (
+                    f"robots.txt unavailable (HTTP {status})"
+                    if status is not None
+                    else "robots.txt unreachable"
+                )
+                self._end_waiting(host, SkipReason.ROBOTS)
+            self._save_host(data)
+            db.execute("COMMIT")
+
+    def _end_waiting(self, host: str, reason: SkipReason) -> None:
+        counters = self._counters[host]
+        count = self.db.execute(
+            "UPDATE pages SET state = 'skipped', error_code = ? WHERE host = ? AND state = 'waiting'",
+            (reason.value, host),
+        ).rowcount
+        counters.by_state[PageState.WAITING] -= count
+        counters.by_state[PageState.SKIPPED] += count
+
+    def hosts(self) -> list[HostData]:
+        with self._lock:
+            return [replace(host) for host in self._hosts.values()]
+
+    def host(self, host: str) -> HostData | None:
+        with self._lock:
+            data = self._hosts.get(host)
+            return replace(data) if data is not None else None
+
+    # -- downloading -----------------------------------------------------
+    def take_for_download(self) -> PageData | None:
+        with self._lock:
+            now = self.clock()
+            hosts = list(self._hosts.values())
+            if not hosts:
+                return None
+            self._rotation = (self._rotation + 1) % len(hosts)
+            for host in hosts[self._rotation :] + hosts[: self._rotation]:
+                counters = self._counters[host.host]
+                if (
+                    host.robots_state is not RobotsState.READY
+                    or counters.by_state[PageState.WAITING] <= 0
+                    or host.in_flight >= host.max_downloads_at_time
+                    or host.next_fetch_at > now
+                    or host.retry_after_until > now
+                ):
+                    continue
+                row = self.db.execute(
+                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
+                    "ORDER BY level, id LIMIT 1",
+                    (host.host,),
+                ).fetchone()
+                if row is None:
+                    continue
+                page = _page(row)
+                # Breadth-first barrier: a page two levels below one still in
+                # progress would be fetched before links its parent's level
+                # has not produced yet.
+                busy_levels = [level for level, n in counters.levels.items() if n > 0]
+                if busy_levels and page.level > min(busy_levels) + 1:
+                    continue
+                self.db.execute("UPDATE pages SET state = 'running' WHERE id = ?", (page.id,))
+                counters.move(PageState.WAITING, PageState.RUNNING)
+                counters.levels[page.level] += 1
+                host.in_flight += 1
+                host.next_fetch_at = now + host.crawl_delay
+                page.state = PageState.RUNNING
+                return page
+            return None
+
+    def mark_request_sent(self, host: str) -> None:
+        with self._lock:
+            data = self._hosts.get(host)
+            if data is not None:
+                data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
+
+    def _release(self, page: PageData, counters: _HostCounters) -> None:  # noqa: ARG002
+        """Give back a download lease (in-flight slot of the host)."""
+        host = self._hosts[page.host]
+        host.in_flight = max(0, host.in_flight - 1)
+
+    def _finish(
+        self, page: PageData, counters: _HostCounters, state: PageState, error: str = ""
+    ) -> None:
+        """Count a page leaving the in-progress levels into a final state."""
+        counters.move(page.state, state)
+        counters.levels[page.level] -= 1
+        if state is PageState.ERROR:
+            counters.errors[error] += 1
+        elif state is PageState.DONE:
+            self._pages_done += 1
+
+    def _load_page(self, page_id: PageId) -> PageData:
+        row = self.db.execute(
+            f"SELECT {_PAGE_COLUMNS} FROM pages WHERE id = ?", (page_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(page_id)
+        return _page(row)
+
+    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
+        with self._lock:
+            db = self.db
+            now = self.clock()
+            page = self._load_page(page_id)
+            counters = self._counters[page.host]
+            host = self._hosts[page.host]
+            self._release(page, counters)
+            attempts = page.download_attempts + 1
+            size = len(result.body)
+            counters.bytes += size
+            self._bytes += size
+            db.execute("BEGIN")
+            if result.retry_after is not None:
+                host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
+                self._save_host(host)
+            if result.error or (result.status is not None and result.status >= 500) or (
+                result.status == 429
+            ):
+                error = result.error or f"http_{result.status}"
+                retry = result.retryable or result.status in (429, 500, 502, 503, 504)
+                if retry and attempts < self.max_download_attempts:
+                    # Back off on the host: a failing server usually fails for every page.
+                    if result.retry_after is None:
+                        backoff = min(30.0, 0.5 * 2 ** (attempts - 1))
+                        host.next_fetch_at = max(host.next_fetch_at, now + backoff)
+                    db.execute(
+                        "UPDATE pages SET state = 'waiting', download_attempts = ?, "
+                        "error_code = ?, http_status = ? WHERE id = ?",
+                        (attempts, error, result.status, page_id),
+                    )
+                    counters.move(PageState.RUNNING, PageState.WAITING)
+                    counters.levels[page.level] -= 1
+                else:
+                    db.execute(
+                        "UPDATE pages SET state = 'error', download_attempts = ?, "
+                        "error_code = ?, http_status = ? WHERE id = ?",
+                        (attempts, error, result.status, page_id),
+                    )
+                    self._finish(page, counters, PageState.ERROR, error)
+                db.execute("COMMIT")
+                return
+            status = result.status or 0
+            if status != 200 or not _is_html(result.content_type):
+                state, error = (
+                    (PageState.SKIPPED, SkipReason.NOT_HTML.value)
+                    if 200 <= status < 300
+                    else (PageState.ERROR, f"http_{status}")
+                )
+                db.execute(
+                    "UPDATE pages SET state = ?, download_attempts = ?, http_status = ?, "
+                    "content_type = ?, error_code = ?, bytes = ?, downloaded = 1 WHERE id = ?",
+                    (state.value, attempts, status, result.content_type, error, size, page_id),
+                )
+                self._finish(page, counters, state, error)
+                db.execute("COMMIT")
+                return
+            first = db.execute(
+                "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id != ? "
+                "AND replace_id IS NULL LIMIT 1",
+                (page.host, content_hash, page_id),
+            ).fetchone()
+            if first is not None:
+                db.execute(
+                    "UPDATE pages SET state = 'done', download_attempts = ?, http_status = 200, "
+                    "content_type = ?, content_hash = ?, replace_id = ?, bytes = ?, "
+                    "downloaded = 1, truncated = ? WHERE id = ?",
+                    (attempts, result.content_type, content_hash, first[0], size,
+                     int(result.truncated), page_id),
+                )  # fmt: skip
+                counters.duplicates += 1
+                self._finish(page, counters, PageState.DONE)
+            else:
+                db.execute(
+                    "UPDATE pages SET state = 'downloaded', download_attempts = ?, "
+                    "http_status = 200, content_type = ?, content_hash = ?, bytes = ?, "
+                    "downloaded = 1, truncated = ?, error_code = '' WHERE id = ?",
+                    (attempts, result.content_type, content_hash, size, int(result.truncated),
+                     page_id),
+                )  # fmt: skip
+                db.execute(
+                    "INSERT OR REPLACE INTO bodies (page_id, body) VALUES (?, ?)",
+                    (page_id, result.body),
+                )
+                counters.move(PageState.RUNNING, PageState.DOWNLOADED)
+            db.execute("COMMIT")
+
+    def store_redirect(
+        self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
+    ) -> None:
+        with self._lock:
+            db = self.db
+            page = self._load_page(page_id)
+            counters = self._counters[page.host]
+            self._release(page, counters)
+            chain = [u for u in page.redirect_target.split("\n") if u] or [page.url]
+            db.execute("BEGIN")
+            if skip is not None:
+                db.execute(
+                    "UPDATE pages SET state = 'skipped', error_code = ?, redirect_target = ? "
+                    "WHERE id = ?",
+                    (skip.value, "\n".join([*chain, target_url]), page_id),
+                )
+                self._finish(page, counters, PageState.SKIPPED)
+            elif target_url in chain or page.redirect_hops + 1 > self.max_redirects:
+                code = SkipReason.REDIRECT_LOOP.value
+                db.execute(
+                    "UPDATE pages SET state = 'error', error_code = ?, redirect_target = ?, "
+                    "redirect_hops = ? WHERE id = ?",
+                    (code, "\n".join([*chain, target_url]), page.redirect_hops + 1, page_id),
+                )
+                self._finish(page, counters, PageState.ERROR, code)
+            else:
+                known = db.execute(
+                    "SELECT page_id FROM urls WHERE normalized_url = ?", (target_normalized,)
+                ).fetchone()
+                if known is not None and known[0] != page_id:
+                    # The target is a page of its own already: this URL is an alias of it.
+                    db.execute(
+                        "UPDATE pages SET state = 'done', replace_id = ?, error_code = 'redirect', "
+                        "redirect_target = ? WHERE id = ?",
+                        (known[0], "\n".join([*chain, target_url]), page_id),
+                    )
+                    self._finish(page, counters, PageState.DONE)
+                    counters.aliases += 1
+                    self._pages_done -= 1  # an alias is not a finished page of its own
+                else:
+                    if known is None:
+                        db.execute(
+                            "INSERT INTO urls (normalized_url, page_id) VALUES (?, ?)",
+                            (target_normalized, page_id),
+                        )
+                    db.execute(
+                        "UPDATE pages SET state = 'waiting', url = ?, normalized_url = ?, "
+                        "redirect_target = ?, redirect_hops = ? WHERE id = ?",
+                        (target_url, target_normalized, "\n".join([*chain, target_url]),
+                         page.redirect_hops + 1, page_id),
+                    )  # fmt: skip
+                    counters.move(PageState.RUNNING, PageState.WAITING)
+                    counters.levels[page.level] -= 1
+            db.execute("COMMIT")
+
+    def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
+        with self._lock:
+            db = self.db
+            page = self._load_page(page_id)
+            counters = self._counters[page.host]
+            if page.state is PageState.RUNNING:
+                self._release(page, counters)
+            db.execute("BEGIN")
+            db.execute(
+                "UPDATE pages SET state = 'skipped', error_code = ? WHERE id = ?",
+                (reason.value, page_id),
+            )
+            self._finish(page, counters, PageState.SKIPPED)
+            db.execute("COMMIT")
+
+    # -- parsing ---------------------------------------------------------
+    def take_for_parsing(self) -> tuple[PageData, bytes] | None:
+        with self._lock:
+            db = self.db
+            row = db.execute(
+                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE state = 'downloaded' "
+                "ORDER BY level, id LIMIT 1"
+            ).fetchone()
+            if row is None:
+                return None
+            page = _page(row)
+            body_row = db.execute(
+                "SELECT body FROM bodies WHERE page_id = ?", (page.id,)
+            ).fetchone()
+            db.execute("UPDATE pages SET state = 'parsing' WHERE id = ?", (page.id,))
+            self._counters[page.host].move(PageState.DOWNLOADED, PageState.PARSING)
+            page.state = PageState.PARSING
+            return page, bytes(body_row[0]) if body_row is not None else b""
+
+    def store_parse(
+        self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
+    ) -> None:
+        with self._lock:
+            db = self.db
+            page = self._load_page(page_id)
+            counters = self._counters[page.host]
+            db.execute("BEGIN")
+            unique: dict[str, FoundLink] = {}
+            for link in links:
+                unique.setdefault(link.normalized_url, link)
+            known: dict[str, int] = {}
+            keys = list(unique)
+            for start in range(0, len(keys), 500):
+                chunk = keys[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                known.update(
+                    db.execute(
+                        f"SELECT normalized_url, page_id FROM urls WHERE normalized_url IN ({marks})",
+                        chunk,
+                    ).fetchall()
+                )
+            new_rows: list[tuple[str, str, str, int | None, int, str]] = []
+            not_queued: list[tuple[str, str, str, int]] = []
+            for norm, link in unique.items():
+                if norm in known:
+                    continue
+                if link.skip_if_new is not None:
+                    not_queued.append((page.host, norm, link.skip_if_new.value, page_id))
+                    continue
+                if self.max_pages and counters.admitted + len(new_rows) >= self.max_pages:
+                    not_queued.append((page.host, norm, SkipReason.BUDGET.value, page_id))
+                    continue
+                new_rows.append((page.host, link.url, norm, page_id, page.level + 1, page.url))
+            new_ids = self._insert_pages(new_rows, counters) if new_rows else []
+            targets = [known[n] for n in unique if n in known]
+            targets.extend(new_ids)
+            db.executemany(
+                "INSERT OR IGNORE INTO arcs (from_id, to_id, host) VALUES (?, ?, ?)",
+                [(page_id, target, page.host) for target in targets],
+            )
+            if any(row[2] == SkipReason.BUDGET.value for row in not_queued):
+                counters.budget_hit = True
+            db.executemany(
+                "INSERT OR IGNORE INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?)",
+                not_queued + [(page.host, s.url, s.reason.value, page_id) for s in skipped],
+            )
+            db.execute(
+                "UPDATE pages SET state = 'done', parsed = 1, out_degree = ? WHERE id = ?",
+                (len(targets), page_id),
+            )
+            db.execute("DELETE FROM bodies WHERE page_id = ?", (page_id,))
+            self._finish(page, counters, PageState.DONE)
+            db.execute("COMMIT")
+
+    # -- reading ---------------------------------------------------------
+    def statistics(self) -> CrawlStats:
+        with self._lock:
+            stats = []
+            for name, host in self._hosts.items():
+                c = self._counters[name]
+                stop_reason = host.stop_reason
+                stats.append(
+                    HostStats(
+                        host=name,
+                        waiting=c.by_state[PageState.WAITING],
+                        running=c.by_state[PageState.RUNNING] + c.by_state[PageState.PARSING],
+                        downloaded=c.by_state[PageState.DOWNLOADED],
+                        done=c.by_state[PageState.DONE] - c.duplicates - c.aliases,
+                        errors=c.by_state[PageState.ERROR],
+                        skipped=c.by_state[PageState.SKIPPED],
+                        duplicates=c.duplicates,
+                        bytes=c.bytes,
+                        crawl_delay=host.crawl_delay,
+                        stop_reason=stop_reason,
+                        robots_state=host.robots_state.value,
+                        errors_by_kind=tuple(sorted((k, v) for k, v in c.errors.items() if v)),
+                        started_at=host.started_at,
+                        finished_at=host.finished_at,
+                        budget_hit=c.budget_hit,
+                    )
+                )
+            return CrawlStats(
+                hosts=tuple(stats),
+                pages_done=self._pages_done,
+                bytes=self._bytes,
+                taken_at=self.clock(),
+            )
+
+    def set_stop_reason(self, host: str, reason: str) -> None:
+        with self._lock:
+            data = self._hosts.get(host)
+            if data is None or (data.stop_reason and data.finished_at):
+                return
+            data.stop_reason = reason
+            data.finished_at = self.clock()
+            db = self.db
+            db.execute("BEGIN")
+            self._save_host(data)
+            db.execute("COMMIT")
+
+    def iter_pages(self, host: str) -> Iterator[PageData]:
+        last = 0
+        while True:
+            with self._lock:
+                rows = self.db.execute(
+                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
+                    "ORDER BY id LIMIT 2000",
+                    (host, last),
+                ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                yield _page(row)
+            last = int(rows[-1][0])  # type: ignore[call-overload]
+
+    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        # An arc to a duplicate or to a redirect alias points to the page it
+        # stands for (two hops: an alias of a duplicate); only arcs between
+        # nodes (200 HTML, not duplicates) are part of the graph.
+        query = """
+            SELECT DISTINCT a.from_id, f.id FROM arcs a
+            JOIN pages t ON t.id = a.to_id
+            LEFT JOIN pages u ON u.id = t.replace_id
+            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
+            WHERE a.host = ? AND a.from_id > ? AND f.state = 'done' AND f.http_status = 200
+              AND f.replace_id IS NULL
+            ORDER BY a.from_id, f.id
+        """
+        last_from = 0
+        while True:
+            with self._lock:
+                # Page through whole source pages so DISTINCT stays exact.
+                bound = self.db.execute(
+                    "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
+                    "WHERE host = ? AND from_id > ? ORDER BY from_id LIMIT 200)",
+                    (host, last_from),
+                ).fetchone()[0]
+                if bound is None:
+                    return
+                rows = self.db.execute(
+                    query.replace("a.from_id > ?", "a.from_id > ? AND a.from_id <= ?"),
+                    (host, last_from, bound),
+                ).fetchall()
+            for from_id, to_id in rows:
+                yield PageId(from_id), PageId(to_id)
+            last_from = bound
+
+    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
+        last = ""
+        while True:
+            with self._lock:
+                rows = self.db.execute(
+                    "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
+                    "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? AND s.url > ? "
+                    "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
+                    "ORDER BY s.url LIMIT 2000",
+                    (host, last),
+                ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+
+def _is_html(content_type: str) -> bool:
+    mime = content_type.split(";", 1)[0].strip().lower()
+    return mime in ("text/html", "application/xhtml+xml")

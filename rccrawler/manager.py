@@ -1,0 +1,327 @@
+"""ApplicationManager: reads the settings, builds the DataManager, owns the threads of a crawl."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import time
+from http.cookiejar import LWPCookieJar
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+from rccrawler.config import Settings, read_settings_file, settings_from_mapping
+from rccrawler.data.base import DataManager
+from rccrawler.exceptions import ConfigError, StateError
+from rccrawler.fetch import Fetcher
+from rccrawler.finisher import ApplicationFinisher
+from rccrawler.loading import dotted_path, load_class
+from rccrawler.records import HostData
+from rccrawler.threads.downloading import DownloadingThread
+from rccrawler.threads.parsing import ParsingThread
+from rccrawler.threads.routine import RoutineThread
+from rccrawler.unloaders import ReportUnloader, ResultUnloader
+from rccrawler.urls import host_of, normalize_url, request_url
+
+if TYPE_CHECKING:
+    from rccrawler.threads.base import CrawlerThread
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "crawl.sqlite3"
+LOCK_FILE = "lock"
+STOP_FILE = "stop.request"
+COOKIE_FILE = "cookies.txt"
+
+
+def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]:
+    """Read and validate settings.yaml, resolving every dotted path (SPEC §2).
+
+    Raises:
+        ConfigError: naming the key, before anything is written.
+    """
+    path = Path(path)
+    raw = read_settings_file(path)
+    manager_path = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
+    manager_cls = load_class("manager", manager_path, ApplicationManager)
+    settings = settings_from_mapping(
+        raw, source=path, allowed_sections=frozenset(manager_cls.settings_sections)
+    )
+    manager_cls.check_settings(settings)
+    return manager_cls, settings
+
+
+class ApplicationManager:
+    """Runs one crawl: builds the DataManager, starts and joins the threads,
+    asks the finisher when it is over and runs the unloaders.
+
+    A crawl task is a subclass that overrides the class attributes below (or
+    names its classes in settings.yaml, which wins).
+
+    Args:
+        settings: validated settings.
+    """
+
+    downloading_thread_cls: ClassVar[type[DownloadingThread]] = DownloadingThread
+    parsing_thread_cls: ClassVar[type[ParsingThread]] = ParsingThread
+    routine_thread_cls: ClassVar[type[RoutineThread]] = RoutineThread
+    finisher_cls: ClassVar[type[ApplicationFinisher]] = ApplicationFinisher
+    unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (ReportUnloader,)
+    settings_sections: ClassVar[tuple[str, ...]] = ()
+    """Extra top-level settings keys this task reads (validated by check_settings)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.stopping = threading.Event()
+        self.stop_reason = ""
+        self.finished = False
+        self.report: dict[str, Any] = {}
+        self.view: Any = None
+        """The live status view when one is shown (set by the command line)."""
+        self.threads: list[CrawlerThread] = []
+        self._started = 0.0
+        self._ended = 0.0
+        self._lock_handle: IO[str] | None = None
+        self.downloading_thread_cls = self._resolve(
+            "downloading_thread", settings.downloading_thread, DownloadingThread,
+            type(self).downloading_thread_cls,
+        )  # fmt: skip
+        self.parsing_thread_cls = self._resolve(
+            "parsing_thread", settings.parsing_thread, ParsingThread, type(self).parsing_thread_cls
+        )
+        self.routine_thread_cls = self._resolve(
+            "routine_thread", settings.routine_thread, RoutineThread, type(self).routine_thread_cls
+        )
+        self.finisher_cls = self._resolve(
+            "finisher", settings.finisher, ApplicationFinisher, type(self).finisher_cls
+        )
+        if settings.unloaders is not None:
+            self.unloader_classes = tuple(
+                load_class(f"unloaders[{i}]", path, ResultUnloader)
+                for i, path in enumerate(settings.unloaders)
+            )
+        self.data: DataManager = self.create_data_manager()
+        self.finisher = self.finisher_cls(self)
+        self.cookie_jar = LWPCookieJar(str(self.state_dir / COOKIE_FILE))
+        self.fetcher = Fetcher(settings.crawl, self.cookie_jar)
+
+    @staticmethod
+    def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:
+        return load_class(key, path, base) if path is not None else default
+
+    @classmethod
+    def check_settings(cls, settings: Settings) -> None:
+        """Validate this task's extra sections and dotted paths; raise ConfigError."""
+        for key, path, base in (
+            ("downloading_thread", settings.downloading_thread, DownloadingThread),
+            ("parsing_thread", settings.parsing_thread, ParsingThread),
+            ("routine_thread", settings.routine_thread, RoutineThread),
+            ("finisher", settings.finisher, ApplicationFinisher),
+        ):
+            if path is not None:
+                load_class(key, path, base)
+        for index, path in enumerate(settings.unloaders or ()):
+            load_class(f"unloaders[{index}]", path, ResultUnloader)
+
+    # -- paths -------------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.settings.state_dir
+
+    @property
+    def stop_file(self) -> Path:
+        return self.state_dir / STOP_FILE
+
+    @property
+    def elapsed(self) -> float:
+        if not self._started:
+            return 0.0
+        return (self._ended or time.monotonic()) - self._started
+
+    def create_data_manager(self) -> DataManager:
+        """The storage backend named by ``storage:`` (SQLite unless a postgresql:// URL)."""
+        if self.settings.storage != "sqlite":
+            raise ConfigError("storage", "PostgreSQL storage is not available in this version")
+        from rccrawler.data.sqlite import SQLiteDataManager
+
+        crawl = self.settings.crawl
+        return SQLiteDataManager(
+            self.state_dir / STATE_FILE,
+            max_pages=crawl.max_pages,
+            max_download_attempts=crawl.max_download_attempts,
+            max_redirects=crawl.max_redirects,
+        )
+
+    # -- state -------------------------------------------------------------
+    @staticmethod
+    def discard_state(state_dir: Path) -> None:
+        """Remove a saved crawl (``--fresh``)."""
+        for name in (STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm", COOKIE_FILE, STOP_FILE):
+            (state_dir / name).unlink(missing_ok=True)
+
+    def lock_state(self) -> None:
+        """Take the state_dir lock, so a second process on the same state refuses to start."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            handle = open(self.state_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise StateError(f"cannot write the state directory {self.state_dir}: {exc}") from exc
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            handle.close()
+            raise StateError(
+                f"the state in {self.state_dir} is in use by {owner}; "
+                "stop that crawl first (rccrawler stop --config ...)"
+            ) from exc
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._lock_handle = handle
+
+    def unlock_state(self) -> None:
+        if self._lock_handle is not None:
+            self._lock_handle.close()
+            self._lock_handle = None
+
+    def open(self) -> None:
+        """Lock and open the state, check it belongs to this crawl, queue the sites."""
+        self.lock_state()
+        try:
+            self.stop_file.unlink(missing_ok=True)
+            self.data.open()
+            self.data.check_identity(dotted_path(type(self)), self.settings.storage)
+            recovered = self.data.recover()
+            if recovered:
+                logger.info("resuming: %d pages in progress were queued again", recovered)
+            self.add_sites()
+            self.load_cookies()
+        except BaseException:
+            self.data.close()
+            self.unlock_state()
+            raise
+
+    def add_sites(self) -> None:
+        crawl = self.settings.crawl
+        for site in self.settings.sites:
+            normalized = normalize_url(site)
+            if normalized is None:
+                raise ConfigError("sites", f"{site!r} is not an http(s) URL")
+            host = HostData(
+                host=host_of(site),
+                scheme=site.split(":", 1)[0],
+                base=site,
+                crawl_delay=crawl.crawl_delay_ms / 1000.0,
+                max_downloads_at_time=crawl.max_downloads_at_time,
+                max_crawl_level=crawl.max_depth,
+            )
+            if self.data.add_site(host, request_url(site), normalized):
+                logger.info("site %s queued", site)
+
+    def load_cookies(self) -> None:
+        if (self.state_dir / COOKIE_FILE).exists():
+            try:
+                self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
+            except OSError as exc:
+                logger.warning("cookies of the last run could not be read: %s", exc)
+
+    def save_cookies(self) -> None:
+        if self.settings.crawl.cookies:
+            try:
+                self.cookie_jar.save(ignore_discard=True, ignore_expires=False)
+            except OSError as exc:
+                logger.warning("cookies could not be saved: %s", exc)
+
+    # -- running -----------------------------------------------------------
+    def create_threads(self) -> list[CrawlerThread]:
+        threads: list[CrawlerThread] = [
+            self.downloading_thread_cls(self, i) for i in range(self.settings.downloading_threads)
+        ]
+        threads += [self.parsing_thread_cls(self, i) for i in range(self.settings.parsing_threads)]
+        threads.append(self.routine_thread_cls(self, 0))
+        return threads
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Ask the crawl to stop and save its state (signal handlers call only this)."""
+        if not self.stop_reason:
+            self.stop_reason = reason
+        self.stopping.set()
+
+    def run(self) -> bool:
+        """Run (or resume) the crawl until it is over or a stop is requested.
+
+        Returns:
+            True when the crawl finished, False when it was stopped (resumable).
+        """
+        self.open()
+        self._started = time.monotonic()
+        try:
+            self.threads = self.create_threads()
+            for thread in self.threads:
+                thread.start()
+            self.wait_until_done()
+            self.stopping.set()
+            self.join_threads()
+            crashed = [t.error for t in self.threads if t.error is not None]
+            if crashed:
+                raise crashed[0]
+            self._ended = time.monotonic()
+            self.save_cookies()
+            if self.finished:
+                self.unload()
+            return self.finished
+        finally:
+            self.fetcher.close()
+            self.data.close()
+            self.stop_file.unlink(missing_ok=True)
+            self.unlock_state()
+
+    def wait_until_done(self) -> None:
+        """Ask the finisher every tick; record each site's stop reason as it ends."""
+        while not self.stopping.is_set():
+            stats = self.data.statistics()
+            for host in stats.hosts:
+                if not host.stop_reason:
+                    reason = self.finisher.site_stop_reason(host)
+                    if reason is not None:
+                        self.data.set_stop_reason(host.host, reason)
+                        logger.info("site %s finished: %s", host.host, reason)
+            if self.finisher.crawl_finished(self.data.statistics()):
+                self.finished = True
+                self.stop_reason = "finished"
+                return
+            self.stopping.wait(0.1)
+
+    def join_threads(self) -> None:
+        """Join every thread with a bound: an in-flight download ends within its timeout."""
+        bound = 2 * self.settings.crawl.timeout_s + 5.0
+        deadline = time.monotonic() + bound
+        for thread in self.threads:
+            thread.join(max(0.1, deadline - time.monotonic()))
+        alive = [t.name for t in self.threads if t.is_alive()]
+        if alive:
+            logger.warning("threads still busy after %.0f s: %s", bound, ", ".join(alive))
+
+    def unload(self) -> None:
+        """Run every ResultUnloader; a failing one is logged and the others still run."""
+        self.settings.output_dir.mkdir(parents=True, exist_ok=True)
+        for cls in self.unloader_classes:
+            try:
+                files = cls(self).unload()
+            except Exception:
+                logger.exception("unloader %s failed", cls.__name__)
+                continue
+            for path in files:
+                logger.info("wrote %s", path)
+
+    @classmethod
+    def fresh(cls, settings: Settings) -> None:
+        """Discard the saved state of these settings (and their output)."""
+        cls.discard_state(settings.state_dir)
+        if settings.output_dir.exists() and settings.output_dir.is_dir():
+            shutil.rmtree(settings.output_dir, ignore_errors=True)

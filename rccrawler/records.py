@@ -1,0 +1,213 @@
+"""The records that threads exchange through the DataManager: HostData, PageData, PageArc."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NewType
+
+PageId = NewType("PageId", int)
+
+
+class PageState(StrEnum):
+    """Where a page is in its life; the queues of a SQL workload."""
+
+    WAITING = "waiting"
+    """Known, not fetched yet (the frontier)."""
+    RUNNING = "running"
+    """Leased by a DownloadingThread."""
+    DOWNLOADED = "downloaded"
+    """Body stored, waiting for a ParsingThread."""
+    PARSING = "parsing"
+    """Leased by a ParsingThread."""
+    DONE = "done"
+    """Finished: a node, a duplicate, or a redirect alias."""
+    ERROR = "error"
+    """Finished with an error (HTTP 4xx/5xx, timeout, redirect loop...)."""
+    SKIPPED = "skipped"
+    """Finished without being a node (not HTML, robots, redirect off the site...)."""
+
+
+FINAL_STATES = frozenset({PageState.DONE, PageState.ERROR, PageState.SKIPPED})
+
+
+class SkipReason(StrEnum):
+    """Why a URL that was found was not crawled (SPEC §8, ``H.skipped.csv``)."""
+
+    EXTERNAL = "external"
+    SUBDOMAIN = "subdomain"
+    SCHEME = "scheme"
+    ROBOTS = "robots"
+    DEPTH = "depth"
+    INCLUDE = "include"
+    BUDGET = "budget"
+    NOT_HTML = "not_html"
+    DUPLICATE = "duplicate"
+    REDIRECT_LOOP = "redirect_loop"
+    ERROR = "error"
+
+
+class RobotsState(StrEnum):
+    """Whether a host's robots.txt is known yet."""
+
+    PENDING = "pending"
+    FETCHING = "fetching"
+    READY = "ready"
+
+
+@dataclass(slots=True, kw_only=True)
+class HostData:
+    """One site: its politeness parameters and robots rules."""
+
+    host: str
+    """host[:port] as in the graph (lowercase, default port removed)."""
+    scheme: str = "http"
+    base: str = ""
+    """The start URL of the site."""
+    crawl_delay: float = 1.0
+    """Seconds between two requests to this host (robots Crawl-delay wins when larger)."""
+    max_downloads_at_time: int = 2
+    max_crawl_level: int = 10
+    robots_state: RobotsState = RobotsState.PENDING
+    robots_status: int | None = None
+    """HTTP status of robots.txt; None when unreachable or not fetched."""
+    robots_text: str = ""
+    next_fetch_at: float = 0.0
+    """Wall-clock time (time.time()) before which no request may start."""
+    retry_after_until: float = 0.0
+    """Wall-clock time before which the host asked us (429/503) to wait."""
+    in_flight: int = 0
+    stop_reason: str = ""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+@dataclass(slots=True, kw_only=True)
+class PageData:
+    """One URL of a site, from discovery to its final state."""
+
+    id: PageId
+    host: str
+    url: str
+    """The URL as first found (fragment dropped): what is requested."""
+    normalized_url: str
+    """The page identity (SPEC §6); the url in the output."""
+    id_from: PageId | None = None
+    level: int = 0
+    out_degree: int = 0
+    state: PageState = PageState.WAITING
+    downloaded: bool = False
+    parsed: bool = False
+    http_status: int | None = None
+    content_type: str = ""
+    content_hash: str = ""
+    error_code: str = ""
+    replace_id: PageId | None = None
+    """Id of the page this one duplicates (same body, or a redirect to a known page)."""
+    download_attempts: int = 0
+    redirect_target: str = ""
+    redirect_hops: int = 0
+    bytes: int = 0
+    truncated: bool = False
+    referer: str = ""
+    """The URL of the page where this link was found (for the Referer header)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PageArc:
+    """A link from one page to another (page ids, resolved at output time)."""
+
+    id: int
+    from_id: PageId
+    to_id: PageId
+
+
+@dataclass(frozen=True, slots=True)
+class FoundLink:
+    """An internal link a ParsingThread found: an arc, and a new page unless skip_if_new."""
+
+    url: str
+    """As found, absolute, fragment dropped (what would be requested)."""
+    normalized_url: str
+    skip_if_new: SkipReason | None = None
+    """Why not to queue it when it is not a page yet (depth): the arc still counts if it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedLink:
+    """A link a ParsingThread found and will not crawl, with why."""
+
+    url: str
+    reason: SkipReason
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadResult:
+    """What a DownloadingThread learned about a page.
+
+    Exactly one of these shapes: a final response (status + headers + body), a
+    redirect (status 3xx + location), or a transport error (error set).
+    """
+
+    status: int | None = None
+    content_type: str = ""
+    body: bytes = b""
+    location: str = ""
+    """Absolute redirect target, for 3xx."""
+    error: str = ""
+    """A transport error name (timeout, connection, decode, tls, too_many_redirects)."""
+    retryable: bool = False
+    retry_after: float | None = None
+    """Seconds the host asked us to wait (429/503 Retry-After)."""
+    truncated: bool = False
+    elapsed: float = 0.0
+    wire_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HostStats:
+    """Counters of one site, from the DataManager's running totals."""
+
+    host: str
+    waiting: int = 0
+    running: int = 0
+    downloaded: int = 0
+    done: int = 0
+    errors: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    bytes: int = 0
+    crawl_delay: float = 0.0
+    stop_reason: str = ""
+    robots_state: str = ""
+    errors_by_kind: tuple[tuple[str, int], ...] = ()
+    budget_hit: bool = False
+    """Some link was not queued because the site reached max_pages."""
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    @property
+    def active(self) -> int:
+        """Pages not finished yet (queued or being worked on)."""
+        return self.waiting + self.running + self.downloaded
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlStats:
+    """A frozen snapshot of the whole crawl, read by the finisher and the status view."""
+
+    hosts: tuple[HostStats, ...] = ()
+    pages_done: int = 0
+    bytes: int = 0
+    taken_at: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def active(self) -> int:
+        return sum(h.active for h in self.hosts)
+
+    def host(self, host: str) -> HostStats | None:
+        for stats in self.hosts:
+            if stats.host == host:
+                return stats
+        return None

@@ -1,0 +1,57 @@
+"""CrawlerThread: a named worker that repeats one step until the crawl's stop Event is set."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger(__name__)
+
+
+class CrawlerThread(threading.Thread):
+    """Base of every worker thread.
+
+    Subclasses override step() (one unit of work, True when it did some) and
+    optionally close(). A crash is captured for the manager, which re-raises
+    it after joining, and stops the whole crawl.
+
+    Args:
+        manager: the ApplicationManager that owns the thread.
+        index: the thread's number among its kind, for its name.
+    """
+
+    idle_wait: ClassVar[float] = 0.05
+    """Seconds to wait when step() found nothing to do."""
+
+    def __init__(self, manager: ApplicationManager, index: int) -> None:
+        super().__init__(name=f"{type(self).__name__}-{index}", daemon=True)
+        self.manager = manager
+        self.data = manager.data
+        self.settings = manager.settings
+        self.stopping = manager.stopping
+        self.error: BaseException | None = None
+        self.busy = False
+        """True while step() works on something (read by the status view)."""
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                if not self.step():
+                    self.stopping.wait(self.idle_wait)
+        except BaseException as exc:
+            self.error = exc
+            logger.exception("%s crashed; stopping the crawl", self.name)
+            self.stopping.set()
+        finally:
+            self.close()
+
+    def step(self) -> bool:
+        """Do one unit of work; return False when there was nothing to do."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the thread holds. No-op by default."""

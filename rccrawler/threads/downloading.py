@@ -1,0 +1,133 @@
+"""DownloadingThread: leases a due page, fetches it, stores the response."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING
+
+from rccrawler.records import DownloadResult, PageData, SkipReason
+from rccrawler.robots import RobotsRules
+from rccrawler.threads.base import CrawlerThread
+from rccrawler.urls import link_scope, normalize_url, request_url, resolve_link
+
+if TYPE_CHECKING:
+    from rccrawler.manager import ApplicationManager
+    from rccrawler.records import HostData
+
+logger = logging.getLogger(__name__)
+
+ROBOTS_MAX_REDIRECTS = 5
+
+
+def content_hash(body: bytes) -> str:
+    """The duplicate-detection key of a body (SPEC §5.7)."""
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
+
+
+class DownloadingThread(CrawlerThread):
+    """Fetches robots.txt files and pages; politeness is the DataManager's take."""
+
+    def __init__(self, manager: ApplicationManager, index: int) -> None:
+        super().__init__(manager, index)
+        self.fetcher = manager.fetcher
+        self.crawl = manager.settings.crawl
+        self._robots: dict[str, tuple[str, RobotsRules]] = {}
+
+    def step(self) -> bool:
+        host = self.data.take_robots()
+        if host is not None:
+            self.busy = True
+            try:
+                self.fetch_robots(host)
+            finally:
+                self.busy = False
+            return True
+        page = self.data.take_for_download()
+        if page is None:
+            return False
+        self.busy = True
+        try:
+            self.download(page)
+        finally:
+            self.busy = False
+        return True
+
+    # -- robots ------------------------------------------------------------
+    def robots_for(self, host: str) -> RobotsRules:
+        """The host's rules, parsed once per thread per robots.txt text."""
+        if not self.crawl.obey_robots:
+            return RobotsRules.allow_all()
+        data = self.data.host(host)
+        text = data.robots_text if data is not None else ""
+        cached = self._robots.get(host)
+        if cached is None or cached[0] != text:
+            rules = RobotsRules.parse(text, self.crawl.user_agent)
+            self._robots[host] = (text, rules)
+            return rules
+        return cached[1]
+
+    def fetch_robots(self, host: HostData) -> None:
+        """Fetch robots.txt (following up to 5 redirects) and store the rules."""
+        if not self.crawl.obey_robots:
+            self.data.store_robots(host.host, None, "", None, blocked=False)
+            return
+        url = f"{host.scheme}://{host.host}/robots.txt"
+        status: int | None = None
+        body = b""
+        for _ in range(ROBOTS_MAX_REDIRECTS + 1):
+            result = self.fetcher.download(
+                url, on_send=lambda: self.data.mark_request_sent(host.host)
+            )
+            status, body = result.status, result.body
+            if result.error:
+                status = None
+                break
+            if status is not None and 300 <= status < 400 and result.location:
+                target = resolve_link(url, result.location)
+                if target is None:
+                    break
+                url = target
+                continue
+            break
+        rules = RobotsRules.from_response(status, body, self.crawl.user_agent)
+        text = body.decode("utf-8", "replace") if status is not None and status < 300 else ""
+        if status is not None and 400 <= status < 500:
+            text = ""
+        blocked = rules.disallows_everything and (status is None or status >= 500)
+        if blocked:
+            logger.warning("%s: robots.txt answered %s; the host is not crawled", host.host, status)
+        self.data.store_robots(host.host, status, text, rules.crawl_delay, blocked=blocked)
+
+    # -- pages -----------------------------------------------------------
+    def download(self, page: PageData) -> None:
+        """Fetch one leased page and hand the outcome to the DataManager."""
+        rules = self.robots_for(page.host)
+        if not rules.allowed(page.url):
+            self.data.skip_page(page.id, SkipReason.ROBOTS)
+            return
+        result = self.fetcher.download(
+            page.url,
+            referer=page.referer,
+            on_send=lambda: self.data.mark_request_sent(page.host),
+        )
+        if result.status is not None and 300 <= result.status < 400 and result.location:
+            self.follow_redirect(page, result, rules)
+            return
+        digest = content_hash(result.body) if result.status == 200 else ""
+        self.data.store_download(page.id, result, digest)
+
+    def follow_redirect(self, page: PageData, result: DownloadResult, rules: RobotsRules) -> None:
+        """Turn a 3xx into the page's next URL, or end the page with a reason (SPEC §5.5)."""
+        target = resolve_link(page.url, result.location)
+        normalized = normalize_url(target) if target else None
+        if target is None or normalized is None:
+            self.data.store_download(
+                page.id, DownloadResult(error="bad_redirect", retryable=False), ""
+            )
+            return
+        scope = link_scope(target, page.host)
+        skip: SkipReason | None = SkipReason(scope) if scope is not None else None
+        if skip is None and not rules.allowed(target):
+            skip = SkipReason.ROBOTS
+        self.data.store_redirect(page.id, request_url(target), normalized, skip)

@@ -1,0 +1,94 @@
+"""ParsingThread: leases a downloaded page, extracts its links, stores them as pages and arcs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rccrawler.html import ParsedPage, parse_html
+from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
+from rccrawler.robots import RobotsRules
+from rccrawler.threads.base import CrawlerThread
+from rccrawler.urls import NormalizeOptions, link_scope, normalize_url, request_url
+
+if TYPE_CHECKING:
+    from rccrawler.manager import ApplicationManager
+
+
+class ParsingThread(CrawlerThread):
+    """Turns a page body into links (SPEC §5.2–§5.3); subclasses add work in process_page()."""
+
+    full_parse: bool = False
+    """Whether parse_html() extracts text fields too (a search index needs them)."""
+
+    def __init__(self, manager: ApplicationManager, index: int) -> None:
+        super().__init__(manager, index)
+        crawl = manager.settings.crawl
+        self.crawl = crawl
+        self.options = NormalizeOptions(
+            add_trailing_slash=crawl.add_trailing_slash, ip_to_domain=crawl.ip_to_domain
+        )
+        self._robots: dict[str, tuple[str, RobotsRules]] = {}
+
+    def step(self) -> bool:
+        item = self.data.take_for_parsing()
+        if item is None:
+            return False
+        page, body = item
+        self.busy = True
+        try:
+            parsed = parse_html(
+                body,
+                page.url,
+                page.content_type,
+                parser=self.settings.parser,
+                full=self.full_parse,
+            )
+            links, skipped = self.classify_links(page, parsed)
+            self.process_page(page, body, parsed)
+            self.data.store_parse(page.id, links, skipped)
+        finally:
+            self.busy = False
+        return True
+
+    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
+        """Hook for crawl tasks (e.g. indexing). No-op by default."""
+
+    def robots_for(self, host: str) -> RobotsRules:
+        if not self.crawl.obey_robots:
+            return RobotsRules.allow_all()
+        data = self.data.host(host)
+        text = data.robots_text if data is not None else ""
+        cached = self._robots.get(host)
+        if cached is None or cached[0] != text:
+            cached = (text, RobotsRules.parse(text, self.crawl.user_agent))
+            self._robots[host] = cached
+        return cached[1]
+
+    def classify_links(
+        self, page: PageData, parsed: ParsedPage
+    ) -> tuple[list[FoundLink], list[SkippedLink]]:
+        """Split a page's links into ones to queue and ones skipped with a reason."""
+        rules = self.robots_for(page.host)
+        include = self.crawl.include
+        too_deep = page.level + 1 > self.crawl.max_depth
+        links: list[FoundLink] = []
+        skipped: list[SkippedLink] = []
+        for url in parsed.links:
+            scope = link_scope(url, page.host)
+            if scope is not None:
+                skipped.append(SkippedLink(normalize_url(url) or url, SkipReason(scope)))
+                continue
+            normalized = normalize_url(url, self.options)
+            if normalized is None:
+                skipped.append(SkippedLink(url, SkipReason.SCHEME))
+                continue
+            if include and not any(token in url for token in include):
+                skipped.append(SkippedLink(normalized, SkipReason.INCLUDE))
+                continue
+            if not rules.allowed(url):
+                skipped.append(SkippedLink(normalized, SkipReason.ROBOTS))
+                continue
+            links.append(
+                FoundLink(request_url(url), normalized, SkipReason.DEPTH if too_deep else None)
+            )
+        return links, skipped

@@ -1,0 +1,100 @@
+"""ResultUnloader: writes what a crawl produced once it is over; the report lives here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger(__name__)
+
+
+def host_file_stem(host: str) -> str:
+    """A site's output file stem: the host, with ':' written as '_' (SPEC §8)."""
+    return host.replace(":", "_")
+
+
+@contextmanager
+def atomic_write(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
+    """Write a text file whole or not at all (a crash never leaves half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
+            yield handle
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class ResultUnloader:
+    """Base of the result writers named in ``unloaders:``.
+
+    Args:
+        manager: the manager of the finished crawl; read its ``data`` and ``settings``.
+    """
+
+    def __init__(self, manager: ApplicationManager) -> None:
+        self.manager = manager
+        self.data = manager.data
+        self.output_dir = manager.settings.output_dir
+
+    def unload(self) -> list[Path]:
+        """Write the results; return the files written."""
+        raise NotImplementedError
+
+
+def build_report(manager: ApplicationManager) -> dict[str, Any]:
+    """The information retrieval report: per site pages, errors by kind, duplicates, bytes,
+    elapsed, why it stopped, and skipped links by reason."""
+    stats = manager.data.statistics()
+    sites: dict[str, Any] = {}
+    for host in stats.hosts:
+        skipped: Counter[str] = Counter(reason for _url, reason, _on in manager.data.iter_skipped(host.host))
+        end = host.finished_at or stats.taken_at
+        sites[host.host] = {
+            "pages_done": host.done,
+            "errors": host.errors,
+            "errors_by_kind": dict(host.errors_by_kind),
+            "duplicates": host.duplicates,
+            "skipped_pages": host.skipped,
+            "skipped_links_by_reason": dict(sorted(skipped.items())),
+            "waiting": host.waiting,
+            "bytes": host.bytes,
+            "crawl_delay_s": host.crawl_delay,
+            "elapsed_s": round(max(0.0, end - host.started_at), 3) if host.started_at else 0.0,
+            "stop_reason": host.stop_reason or manager.finisher.site_stop_reason(host) or "",
+        }
+    return {
+        "manager": manager.settings.manager,
+        "finished": manager.finished,
+        "stop_reason": manager.stop_reason,
+        "pages_done": sum(site["pages_done"] for site in sites.values()),
+        "bytes": stats.bytes,
+        "elapsed_s": round(manager.elapsed, 3),
+        "sites": sites,
+    }
+
+
+class ReportUnloader(ResultUnloader):
+    """Writes ``report.json`` (SPEC §8)."""
+
+    def unload(self) -> list[Path]:
+        path = self.output_dir / "report.json"
+        report = build_report(self.manager)
+        with atomic_write(path) as handle:
+            json.dump(report, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+        self.manager.report = report
+        return [path]
