@@ -56,4 +56,5 @@ __all__ = [
     "StateError",
     "StopCrawl",
     "__version__",
+    "load_settings",
 ]

@@ -42,7 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     parser.add_argument("--json", action="store_true", help="status: print JSON")
-    parser.add_argument("--output", metavar="DIR", help="demo: where to write (default output/demo)")
+    parser.add_argument(
+        "--output", metavar="DIR", help="demo: where to write (default output/demo)"
+    )
     return parser
 
 
@@ -94,8 +96,8 @@ def crawl_command(config: str, *, fresh: bool) -> int:
     return run_manager(manager)
 
 
-def run_manager(manager: ApplicationManager) -> int:
-    """Run a crawl with signal handling: the first SIGINT/SIGTERM stops cleanly, a second at once."""
+def run_manager(manager: ApplicationManager, *, summary: bool = True) -> int:
+    """Run a crawl; the first SIGINT/SIGTERM stops it cleanly, a second at once."""
     interrupts = 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -115,8 +117,8 @@ def run_manager(manager: ApplicationManager) -> int:
     if not finished:
         print(RESUME_MESSAGE)
         return EXIT_OK
-    report = manager.report
-    print_summary(manager, report)
+    if summary:
+        print_summary(manager, manager.report)
     return EXIT_OK
 
 
@@ -161,7 +163,8 @@ def status_command(config: str, *, as_json: bool) -> int:
         data.close()
     rows = [
         {
-            "host": h.host, "done": h.done, "waiting": h.waiting, "running": h.running + h.downloaded,
+            "host": h.host, "done": h.done, "waiting": h.waiting,
+            "running": h.running + h.downloaded,
             "errors": h.errors, "duplicates": h.duplicates, "skipped": h.skipped,
             "stop_reason": h.stop_reason,
         }
@@ -170,7 +173,10 @@ def status_command(config: str, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"sites": rows, "pages_done": stats.pages_done}))
         return EXIT_OK
-    print(f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'errors':>7} {'dups':>6}  stop reason")
+    print(
+        f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'errors':>7} {'dups':>6}"
+        "  stop reason"
+    )
     for row in rows:
         print(
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "

@@ -9,6 +9,7 @@ concurrently. Two backends share one contract: lexbor (fast, via selectolax) and
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     from selectolax.lexbor import LexborNode
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["PARSERS", "ParsedPage", "decode_html", "detect_encoding", "parse_html"]
 
 PARSERS = ("lexbor", "html5lib")
@@ -30,7 +33,7 @@ PARSERS = ("lexbor", "html5lib")
 
 @dataclass(frozen=True, slots=True)
 class ParsedPage:
-    """What one parse of a page yields; with ``full=False`` only the link fields are filled."""
+    """What one parse of a page yields; ``full=False`` fills only links, base and robots."""
 
     links: tuple[str, ...]
     """Absolute URLs of HTML ``<a href>`` in document order, fragment dropped, first kept."""
@@ -286,10 +289,8 @@ def _effective_base(page_url: str, base_href: str | None) -> str:
     A base that does not resolve, or a data:/javascript: one, falls back to the page URL,
     as the HTML spec's "frozen base URL" does.
     """
-    page = _resolve(page_url, "") or page_url.partition("#")[0]
-    if base_href is None:
-        return page
-    base = _resolve(page, _clean_href(base_href))
+    page = page_url.partition("#")[0]
+    base = _resolve(page, _clean_href(base_href)) if base_href else None
     if base is None or base.lower().startswith(_BAD_BASE_SCHEMES):
         return page
     return base
@@ -298,9 +299,11 @@ def _effective_base(page_url: str, base_href: str | None) -> str:
 def _resolve_links(base_url: str, hrefs: Iterable[str]) -> tuple[str, ...]:
     """Absolute links in first-seen order; each distinct href is resolved once."""
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
-    # most of the urljoin calls; a second pass merges spellings that resolve alike.
+    # most of the resolver calls; a second pass merges spellings that resolve alike.
     distinct = dict.fromkeys(_clean_href(href) for href in hrefs)
-    resolved = (_resolve(base_url, href) for href in distinct)
+    # An empty href is a link to the base itself (RFC 3986 §5.2.2), whatever the resolver
+    # makes of it; the caller deduplicates self-links.
+    resolved = (_resolve(base_url, href) if href else base_url for href in distinct)
     return tuple(dict.fromkeys(url for url in resolved if url is not None))
 
 
@@ -318,6 +321,7 @@ _HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 class _Metas:
     """The <meta name> values, first one per name (robots: all of them)."""
 
+    robots_only: bool = False
     keywords: str = ""
     description: str = ""
     summary: str = ""
@@ -331,6 +335,8 @@ class _Metas:
             robots = _collapse(content).lower()
             if robots:
                 self.robots = [*(self.robots or ()), robots]
+        elif self.robots_only:
+            return
         elif name in ("keywords", "description", "summary") and not getattr(self, name):
             setattr(self, name, _collapse(content))
 
@@ -369,55 +375,70 @@ _HTML_POINTS = {
 _HTML_MIME_TYPES = ("text/html", "application/xhtml+xml")
 
 
-def _lexbor_namespace(node: LexborNode) -> str:
+def _namespace_step(child_ns: str, element: LexborNode) -> tuple[str, str]:
+    """The namespace of ``element`` under a parent whose children get ``child_ns``, and the
+    namespace its own children get."""
+    tag = (element.tag or "").lower()
+    if child_ns == "html":
+        namespace = tag if tag in ("svg", "math") else "html"
+    elif child_ns == "annotation":  # an <svg> under annotation-xml is SVG
+        namespace = "svg" if tag == "svg" else "math"
+    else:
+        namespace = child_ns
+    if tag in _HTML_POINTS.get(namespace, ()):
+        return namespace, "html"
+    if namespace == "math" and tag == "annotation-xml":
+        encoding = (element.attributes.get("encoding") or "").strip().lower()
+        return namespace, "html" if encoding in _HTML_MIME_TYPES else "annotation"
+    return namespace, namespace
+
+
+def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
     """The namespace ("html", "svg" or "math") the tree builder gave ``node``.
 
     lexbor's selectors match local names only, so ``a[href]`` also finds SVG and MathML
     ``<a>``, which html5lib's tree keeps apart. Replaying the foreign-content rules from
-    the root down (integration points switch back to HTML) recovers the namespace.
+    the root down (integration points switch back to HTML) recovers the namespace;
+    ``memo`` (element id -> its children's namespace) makes a page's replays linear.
     """
-    chain = [node]
+    chain = []
+    child_ns = "html"
     parent = node.parent
     while parent is not None:
+        known = memo.get(parent.mem_id)
+        if known is not None:
+            child_ns = known
+            break
         chain.append(parent)
         parent = parent.parent
-    child_ns = "html"  # the namespace the current element's children get
-    namespace = "html"
     for element in reversed(chain):
-        tag = (element.tag or "").lower()
-        if child_ns == "html":
-            namespace = tag if tag in ("svg", "math") else "html"
-        elif child_ns == "annotation":  # an <svg> under annotation-xml stays SVG
-            namespace = "svg" if tag == "svg" else "math"
-        else:
-            namespace = child_ns
-        child_ns = namespace
-        if tag in _HTML_POINTS.get(namespace, ()):
-            child_ns = "html"
-        elif namespace == "math" and tag == "annotation-xml":
-            encoding = (element.attributes.get("encoding") or "").strip().lower()
-            child_ns = "html" if encoding in _HTML_MIME_TYPES else "annotation"
-    return namespace
+        child_ns = memo[element.mem_id] = _namespace_step(child_ns, element)[1]
+    return _namespace_step(child_ns, node)[0]
 
 
 def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
     tree = LexborHTMLParser(text)
     # Only nodes under an <svg>/<math> can be foreign, and most pages have none there.
     foreign = tree.any_css_matches(("svg, math",))
+    memo: dict[int, str] = {}
 
     def html_only(selector: str) -> list[LexborNode]:
         nodes = tree.css(selector)
         if not foreign:
             return nodes
         suspects = {node.mem_id for node in tree.css(f"svg {selector}, math {selector}")}
-        return [n for n in nodes if n.mem_id not in suspects or _lexbor_namespace(n) == "html"]
+        return [
+            node
+            for node in nodes
+            if node.mem_id not in suspects or _lexbor_namespace(node, memo) == "html"
+        ]
 
     base = next(iter(html_only("base[href]")), None)
     base_url = _effective_base(page_url, base.attributes.get("href") if base else None)
     hrefs = (node.attributes.get("href") or "" for node in html_only("a[href]"))
     links = _resolve_links(base_url, hrefs)
 
-    metas = _Metas()
+    metas = _Metas(robots_only=not full)
     for node in tree.css("meta[name]"):
         attributes = node.attributes
         metas.add(attributes.get("name"), attributes.get("content"))
@@ -435,6 +456,8 @@ def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
 
 
 # --------------------------------------------------------------------------- html5lib
+
+_ETREE_BUILDER = html5lib.getTreeBuilder("etree")
 
 
 def _local_name(tag: object) -> str | None:
@@ -463,8 +486,21 @@ def _etree_text(root: Element) -> str:
     return " ".join(parts)
 
 
+def _html5lib_tree(text: str) -> Element:
+    """The html5lib tree of ``text``, <html> as root and HTML elements without a namespace."""
+    parser = html5lib.HTMLParser(tree=_ETREE_BUILDER, namespaceHTMLElements=False)
+    try:
+        parser.parse(text)
+    except AssertionError:
+        # html5lib 1.1 trips its own asserts on a few malformed inputs (e.g. EOF after
+        # "<table><svg><html>"), usually once the tree is complete: keep what it built.
+        logger.debug("html5lib assertion while parsing; using the partial tree")
+    root: Element = parser.tree.getDocument()
+    return root
+
+
 def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
-    root: Element = html5lib.parse(text, treebuilder="etree", namespaceHTMLElements=False)
+    root = _html5lib_tree(text)
     # html5lib keeps <template> contents in the tree; lexbor (and browsers) keep them out.
     in_template = {id(node) for tpl in root.iter("template") for node in tpl.iter()}
 
@@ -475,7 +511,7 @@ def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
     base_url = _effective_base(page_url, base.get("href") if base is not None else None)
     links = _resolve_links(base_url, (a.get("href", "") for a in live("a") if "href" in a.attrib))
 
-    metas = _Metas()
+    metas = _Metas(robots_only=not full)
     for node in live("meta"):
         metas.add(node.get("name"), node.get("content"))
     if not full:
@@ -483,11 +519,14 @@ def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
 
     title = next(live("title"), None)
     title_text = "".join(title.itertext()) if title is not None else ""
-    headings = [
-        _etree_text(node)
-        for node in root.iter()
-        if node.tag in _HEADINGS and id(node) not in in_template
-    ]
+    # lexbor drops these subtrees (in any namespace) before it looks for headings.
+    hidden = {
+        id(node)
+        for top in root.iter()
+        if _local_name(top.tag) in _SKIPPED_TEXT_TAGS
+        for node in top.iter()
+    }
+    headings = [_etree_text(h) for h in root.iter() if h.tag in _HEADINGS and id(h) not in hidden]
     body = root.find("body")
     body_text = _etree_text(body) if body is not None else ""
     return _page(links, base_url, metas, title_text, headings, body_text)

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html import escape
 
-from rccrawler.loopback import TEXT, Resource, Sites, redirect
+from rccrawler.loopback import TEXT, Resource, redirect
 
 __all__ = [
     "BLOG_HOST",
@@ -361,7 +361,7 @@ def _nav() -> str:
     return f"<nav>{_a('/', 'Home')} | {links}</nav>\n"
 
 
-def _build_demo() -> tuple[Sites, DemoFacts]:
+def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
     b = _DemoBuilder()
     site = b.site
     rng = _seeded("demo-index")
@@ -532,7 +532,7 @@ def _other() -> dict[str, Resource]:
     }
 
 
-def demo_sites() -> Sites:
+def demo_sites() -> dict[str, dict[str, Resource]]:
     """The sample site of ``rccrawler demo``: :data:`DEMO_HOST`, its blog and one other host.
 
     About 200 documentation pages (levels 0 to 5) in English-looking text for the

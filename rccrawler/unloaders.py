@@ -61,7 +61,9 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
     stats = manager.data.statistics()
     sites: dict[str, Any] = {}
     for host in stats.hosts:
-        skipped: Counter[str] = Counter(reason for _url, reason, _on in manager.data.iter_skipped(host.host))
+        skipped: Counter[str] = Counter(
+            reason for _url, reason, _on in manager.data.iter_skipped(host.host)
+        )
         end = host.finished_at or stats.taken_at
         sites[host.host] = {
             "pages_done": host.done,

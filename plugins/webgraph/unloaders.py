@@ -22,9 +22,7 @@ def is_node(page: PageData) -> bool:
     """A page of the graph (SPEC §5.4): answered 200 with HTML; a duplicate is listed with
     duplicate_of set, a redirect alias is not listed."""
     return (
-        page.state is PageState.DONE
-        and page.http_status == 200
-        and page.error_code != "redirect"
+        page.state is PageState.DONE and page.http_status == 200 and page.error_code != "redirect"
     )
 
 

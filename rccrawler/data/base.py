@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -126,6 +127,15 @@ class DataManager(ABC):
         self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
     ) -> None:
         """Queue the new internal links, add arcs, record skipped links, end the page."""
+
+    # -- waiting ---------------------------------------------------------------
+    def wait_for_work(self, timeout: float) -> None:
+        """Block until another thread stores something, a host becomes due, or ``timeout``.
+
+        Idle threads call this instead of sleeping, so new work is picked up at once.
+        The default just waits out the timeout.
+        """
+        threading.Event().wait(timeout)
 
     # -- reading -------------------------------------------------------------
     @abstractmethod

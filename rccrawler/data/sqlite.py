@@ -1,7 +1,8 @@
-"""The SQLite DataManager: one WAL database file in state_dir, one lock, one transaction per call."""
+"""The SQLite DataManager: one WAL database in state_dir, one lock, one transaction a call."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -10,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager
 from rccrawler.exceptions import StateError
@@ -82,31 +84,32 @@ _PAGE_COLUMNS = (
 _IN_PROGRESS = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
 
 
-def _page(row: tuple[object, ...]) -> PageData:
+def _page(row: tuple[Any, ...]) -> PageData:
     (pid, host, url, norm, id_from, level, out_degree, state, downloaded, parsed, status,
-     ctype, chash, error, replace_id, attempts, target, hops, size, truncated, referer) = row  # fmt: skip
+     ctype, chash, error, replace_id, attempts, target, hops, size, truncated,
+     referer) = row  # fmt: skip
     return PageData(
-        id=PageId(int(pid)),  # type: ignore[call-overload]
-        host=str(host),
-        url=str(url),
-        normalized_url=str(norm),
-        id_from=PageId(int(id_from)) if id_from is not None else None,  # type: ignore[call-overload]
-        level=int(level),  # type: ignore[call-overload]
-        out_degree=int(out_degree),  # type: ignore[call-overload]
+        id=PageId(pid),
+        host=host,
+        url=url,
+        normalized_url=norm,
+        id_from=PageId(id_from) if id_from is not None else None,
+        level=level,
+        out_degree=out_degree,
         state=PageState(state),
         downloaded=bool(downloaded),
         parsed=bool(parsed),
-        http_status=int(status) if status is not None else None,  # type: ignore[call-overload]
-        content_type=str(ctype),
-        content_hash=str(chash),
-        error_code=str(error),
-        replace_id=PageId(int(replace_id)) if replace_id is not None else None,  # type: ignore[call-overload]
-        download_attempts=int(attempts),  # type: ignore[call-overload]
-        redirect_target=str(target),
-        redirect_hops=int(hops),  # type: ignore[call-overload]
-        bytes=int(size),  # type: ignore[call-overload]
+        http_status=status,
+        content_type=ctype,
+        content_hash=chash,
+        error_code=error,
+        replace_id=PageId(replace_id) if replace_id is not None else None,
+        download_attempts=attempts,
+        redirect_target=target,
+        redirect_hops=hops,
+        bytes=size,
         truncated=bool(truncated),
-        referer=str(referer),
+        referer=referer,
     )
 
 
@@ -125,7 +128,14 @@ class _HostCounters:
     """Running totals of one site, kept in memory so statistics() never scans a table."""
 
     __slots__ = (
-        "admitted", "aliases", "by_state", "duplicates", "bytes", "errors", "levels", "budget_hit",
+        "admitted",
+        "aliases",
+        "budget_hit",
+        "by_state",
+        "bytes",
+        "duplicates",
+        "errors",
+        "levels",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -176,6 +186,9 @@ class SQLiteDataManager(DataManager):
         self.max_redirects = max_redirects
         self.clock = clock
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._due_in = 0.0
+        """Seconds until the soonest host becomes due, as the last take saw it."""
         self._db: sqlite3.Connection | None = None
         self._hosts: dict[str, HostData] = {}
         self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
@@ -208,10 +221,9 @@ class SQLiteDataManager(DataManager):
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
-                try:
+                # A failed checkpoint is harmless: the next open replays the WAL.
+                with contextlib.suppress(sqlite3.Error):
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                except sqlite3.Error:
-                    pass  # the WAL is still valid; the next open replays it
                 self._db.close()
                 self._db = None
 
@@ -277,6 +289,7 @@ class SQLiteDataManager(DataManager):
                      ("storage", storage), ("created", str(self.clock()))],
                 )  # fmt: skip
                 db.execute("COMMIT")
+                self._notify()
                 return
         if meta.get("schema_version") != str(SCHEMA_VERSION):
             raise StateError(
@@ -310,6 +323,7 @@ class SQLiteDataManager(DataManager):
                     host.robots_state = RobotsState.PENDING
                     self._save_host(host)
             db.execute("COMMIT")
+            self._notify()
             self._load_memory()
             return moved
 
@@ -332,6 +346,7 @@ class SQLiteDataManager(DataManager):
                 db.execute("BEGIN")
                 self._save_host(known)
                 db.execute("COMMIT")
+                self._notify()
                 return False
             host = replace(host, started_at=self.clock())
             db.execute("BEGIN")
@@ -341,6 +356,7 @@ class SQLiteDataManager(DataManager):
                 [(host.host, start_url, normalized_url, None, 0, "")], self._counters[host.host]
             )
             db.execute("COMMIT")
+            self._notify()
             return True
 
     def _insert_pages(
@@ -396,11 +412,13 @@ class SQLiteDataManager(DataManager):
                 self._end_waiting(host, SkipReason.ROBOTS)
             self._save_host(data)
             db.execute("COMMIT")
+            self._notify()
 
     def _end_waiting(self, host: str, reason: SkipReason) -> None:
         counters = self._counters[host]
         count = self.db.execute(
-            "UPDATE pages SET state = 'skipped', error_code = ? WHERE host = ? AND state = 'waiting'",
+            "UPDATE pages SET state = 'skipped', error_code = ? "
+            "WHERE host = ? AND state = 'waiting'",
             (reason.value, host),
         ).rowcount
         counters.by_state[PageState.WAITING] -= count
@@ -416,10 +434,19 @@ class SQLiteDataManager(DataManager):
             return replace(data) if data is not None else None
 
     # -- downloading -----------------------------------------------------
+    def wait_for_work(self, timeout: float) -> None:
+        with self._changed:
+            self._changed.wait(min(timeout, max(0.001, self._due_in)))
+
+    def _notify(self) -> None:
+        """Wake idle threads: something was stored (call with the lock held)."""
+        self._changed.notify_all()
+
     def take_for_download(self) -> PageData | None:
         with self._lock:
             now = self.clock()
             hosts = list(self._hosts.values())
+            self._due_in = 1.0
             if not hosts:
                 return None
             self._rotation = (self._rotation + 1) % len(hosts)
@@ -429,9 +456,11 @@ class SQLiteDataManager(DataManager):
                     host.robots_state is not RobotsState.READY
                     or counters.by_state[PageState.WAITING] <= 0
                     or host.in_flight >= host.max_downloads_at_time
-                    or host.next_fetch_at > now
-                    or host.retry_after_until > now
                 ):
+                    continue
+                due = max(host.next_fetch_at, host.retry_after_until)
+                if due > now:
+                    self._due_in = min(self._due_in, due - now)
                     continue
                 row = self.db.execute(
                     f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
@@ -462,7 +491,7 @@ class SQLiteDataManager(DataManager):
             if data is not None:
                 data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
 
-    def _release(self, page: PageData, counters: _HostCounters) -> None:  # noqa: ARG002
+    def _release(self, page: PageData, counters: _HostCounters) -> None:
         """Give back a download lease (in-flight slot of the host)."""
         host = self._hosts[page.host]
         host.in_flight = max(0, host.in_flight - 1)
@@ -502,8 +531,10 @@ class SQLiteDataManager(DataManager):
             if result.retry_after is not None:
                 host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
                 self._save_host(host)
-            if result.error or (result.status is not None and result.status >= 500) or (
-                result.status == 429
+            if (
+                result.error
+                or (result.status is not None and result.status >= 500)
+                or (result.status == 429)
             ):
                 error = result.error or f"http_{result.status}"
                 retry = result.retryable or result.status in (429, 500, 502, 503, 504)
@@ -527,6 +558,7 @@ class SQLiteDataManager(DataManager):
                     )
                     self._finish(page, counters, PageState.ERROR, error)
                 db.execute("COMMIT")
+                self._notify()
                 return
             status = result.status or 0
             if status != 200 or not _is_html(result.content_type):
@@ -542,6 +574,7 @@ class SQLiteDataManager(DataManager):
                 )
                 self._finish(page, counters, state, error)
                 db.execute("COMMIT")
+                self._notify()
                 return
             first = db.execute(
                 "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id != ? "
@@ -572,6 +605,7 @@ class SQLiteDataManager(DataManager):
                 )
                 counters.move(PageState.RUNNING, PageState.DOWNLOADED)
             db.execute("COMMIT")
+            self._notify()
 
     def store_redirect(
         self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
@@ -627,6 +661,7 @@ class SQLiteDataManager(DataManager):
                     counters.move(PageState.RUNNING, PageState.WAITING)
                     counters.levels[page.level] -= 1
             db.execute("COMMIT")
+            self._notify()
 
     def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
         with self._lock:
@@ -642,6 +677,7 @@ class SQLiteDataManager(DataManager):
             )
             self._finish(page, counters, PageState.SKIPPED)
             db.execute("COMMIT")
+            self._notify()
 
     # -- parsing ---------------------------------------------------------
     def take_for_parsing(self) -> tuple[PageData, bytes] | None:
@@ -680,7 +716,8 @@ class SQLiteDataManager(DataManager):
                 marks = ",".join("?" * len(chunk))
                 known.update(
                     db.execute(
-                        f"SELECT normalized_url, page_id FROM urls WHERE normalized_url IN ({marks})",
+                        "SELECT normalized_url, page_id FROM urls "
+                        f"WHERE normalized_url IN ({marks})",
                         chunk,
                     ).fetchall()
                 )
@@ -716,6 +753,7 @@ class SQLiteDataManager(DataManager):
             db.execute("DELETE FROM bodies WHERE page_id = ?", (page_id,))
             self._finish(page, counters, PageState.DONE)
             db.execute("COMMIT")
+            self._notify()
 
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
@@ -762,6 +800,7 @@ class SQLiteDataManager(DataManager):
             db.execute("BEGIN")
             self._save_host(data)
             db.execute("COMMIT")
+            self._notify()
 
     def iter_pages(self, host: str) -> Iterator[PageData]:
         last = 0
@@ -776,7 +815,7 @@ class SQLiteDataManager(DataManager):
                 return
             for row in rows:
                 yield _page(row)
-            last = int(rows[-1][0])  # type: ignore[call-overload]
+            last = int(rows[-1][0])
 
     def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
         # An arc to a duplicate or to a redirect alias points to the page it

@@ -41,7 +41,7 @@ class CrawlerThread(threading.Thread):
         try:
             while not self.stopping.is_set():
                 if not self.step():
-                    self.stopping.wait(self.idle_wait)
+                    self.data.wait_for_work(self.idle_wait)
         except BaseException as exc:
             self.error = exc
             logger.exception("%s crashed; stopping the crawl", self.name)

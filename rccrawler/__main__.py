@@ -1,0 +1,9 @@
+"""`python -m rccrawler` is the `rccrawler` command."""
+
+from __future__ import annotations
+
+import sys
+
+from rccrawler.cli import main
+
+sys.exit(main())

@@ -1,0 +1,308 @@
+"""The crawl rules of SPEC §5, shown by what the loopback server saw and by the output files."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter
+
+import pytest
+from webserver import Resource
+
+from rccrawler.sample_sites import generated_site, page_path
+
+TEXT = (("Content-Type", "text/plain"),)
+
+
+def html(*hrefs: str, text: str = "") -> Resource:
+    links = "".join(f'<a href="{h}">{h}</a> ' for h in hrefs)
+    return Resource(f"<html><body>{text} {links}</body></html>".encode())
+
+
+def bfs_levels(site, max_level: int) -> dict[str, int]:
+    """Levels of a site's pages by an independent breadth-first walk of its hrefs."""
+    levels = {"/": 0}
+    frontier = ["/"]
+    while frontier:
+        path = frontier.pop(0)
+        if levels[path] == max_level:
+            continue
+        for href in re.findall(rb'href="(/[^"#]*)"', site[path].body):
+            target = href.decode()
+            if target in site and target not in levels:
+                levels[target] = levels[path] + 1
+                frontier.append(target)
+    return levels
+
+
+def robots(text: str, status: int = 200) -> Resource:
+    return Resource(text.encode(), status, TEXT)
+
+
+@pytest.mark.parametrize("in_flight", [1, 6])
+def test_breadth_first_order_by_level(serve, crawler, in_flight):
+    server = serve({"a.test": generated_site("a.test", 300, fanout=4)})
+    result = crawler.run(["a.test"], server.resolve, threads={"downloading": 6, "parsing": 2},
+                         crawl={"max_downloads_at_time": in_flight})  # fmt: skip
+    graph = result.graph("a.test")
+    assert len(graph.urls) == 300
+    level_of = {n["url"].removeprefix("http://a.test"): int(n["level"]) for n in graph.nodes}
+    levels = [level_of[p] for p in server.paths_for("a.test") if p != "/robots.txt"]
+    assert len(levels) == 300  # every page requested once
+    assert max(levels) >= 3
+    if in_flight == 1:
+        assert levels == sorted(levels), "a deeper page was requested before a shallower one"
+    else:
+        # Requests leased together may reach the server in any order, but no page
+        # is leased while a page two levels above it is still being worked on.
+        later_min = list(itertools.accumulate(reversed(levels), min))[::-1]
+        assert all(level <= later + 1 for level, later in zip(levels, later_min, strict=True))
+
+
+def test_only_internal_http_links_are_followed(serve, crawler):
+    server = serve({
+        "a.test": {
+            "/": html("/in", "http://sub.a.test/", "http://other.test/x", "mailto:me@a.test",
+                      "javascript:alert(1)", "tel:+123", "ftp://a.test/f", "HTTP://A.TEST/in2"),
+            "/in": html("/"),
+            "/in2": html(),
+        },
+        "sub.a.test": {"/": html()},
+        "other.test": {"/x": html()},
+    })  # fmt: skip
+    result = crawler.run(["http://a.test/"], server.resolve)
+    assert server.hits_for("sub.a.test") == []
+    assert server.hits_for("other.test") == []
+    assert sorted(server.paths_for("a.test")) == ["/", "/in", "/in2", "/robots.txt"]
+    graph = result.graph("a.test")
+    assert graph.urls == {"http://a.test/", "http://a.test/in", "http://a.test/in2"}
+    assert graph.skip_reason("http://sub.a.test/") == "subdomain"
+    assert graph.skip_reason("http://other.test/x") == "external"
+    for url in ("mailto:me@a.test", "javascript:alert(1)", "tel:+123", "ftp://a.test/f"):
+        assert graph.skip_reason(url) == "scheme", url
+
+
+def test_non_html_and_untyped_responses_are_not_nodes_nor_parsed(serve, crawler):
+    server = serve({"a.test": {
+        "/": html("/doc.pdf", "/untyped", "/plain.txt", "/xhtml"),
+        "/doc.pdf": Resource(b'<a href="/from-pdf">x</a>',
+                             headers=(("Content-Type", "application/pdf"),)),
+        "/untyped": Resource(b'<html><a href="/from-untyped">x</a></html>', headers=()),
+        "/plain.txt": Resource(b'<a href="/from-text">x</a>', headers=TEXT),
+        "/xhtml": Resource(b'<html><a href="/from-xhtml">x</a></html>',
+                           headers=(("Content-Type", "application/xhtml+xml"),)),
+        "/from-xhtml": html(),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    paths = server.paths_for("a.test")
+    assert "/from-pdf" not in paths and "/from-untyped" not in paths and "/from-text" not in paths
+    assert "/from-xhtml" in paths
+    graph = result.graph("a.test")
+    assert graph.urls == {"http://a.test/", "http://a.test/xhtml", "http://a.test/from-xhtml"}
+    for path in ("/doc.pdf", "/untyped", "/plain.txt"):
+        assert graph.skip_reason(f"http://a.test{path}") == "not_html"
+
+
+def test_redirects_replace_the_page_url(serve, crawler):
+    site = {"/": html(*(f"/r{code}" for code in (301, 302, 303, 307, 308)), "/chain")}
+    for code in (301, 302, 303, 307, 308):
+        site[f"/r{code}"] = Resource(b"", code, (("Location", f"/final{code}"),))
+        site[f"/final{code}"] = html(text=f"final {code}")
+    site["/chain"] = Resource(b"", 301, (("Location", "/chain2"),))
+    site["/chain2"] = Resource(b"", 302, (("Location", "http://a.test/final301"),))
+    server = serve({"a.test": site})
+    result = crawler.run(["a.test"], server.resolve)
+    graph = result.graph("a.test")
+    finals = {f"http://a.test/final{code}" for code in (301, 302, 303, 307, 308)}
+    assert graph.urls == {"http://a.test/"} | finals
+    assert not any("/r3" in url or "chain" in url for url in graph.urls)
+    # The arcs of the index point at the final pages, once each.
+    root = int(graph.node("http://a.test/")["id"])
+    targets = {t for f, t in graph.arcs if f == root}
+    assert targets == {int(graph.node(url)["id"]) for url in finals}
+    assert Counter(server.paths_for("a.test"))["/final301"] == 1
+
+
+def test_redirect_loops_and_long_chains_end_in_error(serve, crawler):
+    site = {
+        "/": html("/loop/a", "/long/0", "/self"),
+        "/loop/a": Resource(b"", 302, (("Location", "/loop/b"),)),
+        "/loop/b": Resource(b"", 302, (("Location", "/loop/a"),)),
+        "/self": Resource(b"", 301, (("Location", "/self"),)),
+    }
+    for i in range(30):
+        site[f"/long/{i}"] = Resource(b"", 301, (("Location", f"/long/{i + 1}"),))
+    server = serve({"a.test": site})
+    result = crawler.run(["a.test"], server.resolve)
+    graph = result.graph("a.test")
+    assert result.finished
+    assert graph.urls == {"http://a.test/"}
+    reasons = {s["reason"] for s in graph.skipped}
+    assert reasons == {"redirect_loop"}
+    assert len(graph.skipped) == 3
+    assert Counter(server.paths_for("a.test"))["/loop/a"] == 1
+    assert len([p for p in server.paths_for("a.test") if p.startswith("/long/")]) == 11
+    assert result.report["sites"]["a.test"]["errors_by_kind"] == {"redirect_loop": 3}
+
+
+def test_identical_pages_collapse_and_arcs_point_to_the_first(serve, crawler):
+    same = b"<html><body>same body <a href='/leaf'>leaf</a></body></html>"
+    server = serve({"a.test": {
+        "/": html("/one", "/two", "/three"),
+        "/one": Resource(same), "/two": Resource(same), "/three": html("/two"),
+        "/leaf": html(),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve, threads={"downloading": 1, "parsing": 1})
+    graph = result.graph("a.test")
+    one = graph.node("http://a.test/one")
+    two = graph.node("http://a.test/two")
+    assert two["duplicate_of"] == one["id"]
+    assert one["duplicate_of"] == ""
+    assert one["content_hash"] == two["content_hash"]
+    ids = {int(n["id"]) for n in graph.nodes if not n["duplicate_of"]}
+    assert all(f in ids and t in ids for f, t in graph.arcs)
+    three = int(graph.node("http://a.test/three")["id"])
+    assert (three, int(one["id"])) in graph.arcs  # the link to /two counts as a link to /one
+    assert result.report["sites"]["a.test"]["duplicates"] == 1
+
+
+def test_every_spelling_of_a_url_is_fetched_once(serve, crawler):
+    variants = [
+        "/guide.html", "/./guide.html", "/x/../guide.html", "//guide.html", "/guide.html?",
+        "/guide.html#top", "http://A.TEST/guide.html", "http://a.test:80/guide.html",
+        "/%67uide.html", "/search?b=2&a=1", "/search?a=1&b=2", "/search?a=1&b=2&c=",
+        "/search?c&a=1&b=2", "/search?a=1&b=2#frag",
+    ]  # fmt: skip
+    server = serve({"a.test": {
+        "/": html(*variants, text="index"),
+        "/guide.html": html(*variants, text="guide"),
+        "/search?b=2&a=1": html(*variants, text="search"),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    paths = Counter(server.paths_for("a.test"))
+    assert paths["/guide.html"] == 1
+    # The request goes out as the link first said it (SPEC §6), and only once.
+    assert paths["/search?b=2&a=1"] == 1
+    assert sum(n for p, n in paths.items() if p.startswith("/search")) == 1
+    assert result.graph("a.test").urls == {
+        "http://a.test/", "http://a.test/guide.html", "http://a.test/search?a=1&b=2",
+    }  # fmt: skip
+
+
+def test_max_depth_holds(serve, crawler):
+    server = serve({"a.test": generated_site("a.test", 200, fanout=3)})
+    result = crawler.run(["a.test"], server.resolve, crawl={"max_depth": 2})
+    graph = result.graph("a.test")
+    expected = bfs_levels(server.sites["a.test"], max_level=2)
+    assert {int(n["level"]) for n in graph.nodes} == {0, 1, 2}
+    assert graph.urls == {f"http://a.test{path}" for path in expected}
+    assert sorted(server.paths_for("a.test")) == sorted([*expected, "/robots.txt"])
+    assert "depth" in {s["reason"] for s in graph.skipped}
+
+
+def test_max_pages_holds(serve, crawler):
+    server = serve({"a.test": generated_site("a.test", 200, fanout=5)})
+    result = crawler.run(["a.test"], server.resolve, crawl={"max_pages": 25})
+    assert len([p for p in server.paths_for("a.test") if p != "/robots.txt"]) == 25
+    assert len(result.graph("a.test").urls) == 25
+    assert result.report["sites"]["a.test"]["stop_reason"] == "max_pages reached (25)"
+    assert "budget" in {s["reason"] for s in result.graph("a.test").skipped}
+
+
+def test_crawl_delay_between_requests_to_one_host(serve, crawler):
+    server = serve({"a.test": generated_site("a.test", 12, fanout=3),
+                    "b.test": generated_site("b.test", 12, fanout=3)})  # fmt: skip
+    result = crawler.run(["a.test", "b.test"], server.resolve,
+                         crawl={"crawl_delay_ms": 150, "max_downloads_at_time": 3})  # fmt: skip
+    assert result.finished
+    for host in ("a.test", "b.test"):
+        times = [hit.at for hit in server.hits_for(host)]
+        assert len(times) == 13
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        # The server sees arrival times; allow for a few ms of loopback jitter.
+        assert min(gaps) >= 0.150 - 0.005, gaps
+    # The two sites were crawled at once, not one after the other.
+    a, b = server.hits_for("a.test"), server.hits_for("b.test")
+    assert a[0].at < b[-1].at and b[0].at < a[-1].at
+
+
+def test_in_flight_requests_never_exceed_the_host_limit(serve, crawler):
+    site = {path: Resource(res.body, delay=0.05) for path, res in
+            generated_site("a.test", 40, fanout=8).items()}  # fmt: skip
+    server = serve({"a.test": site})
+    crawler.run(["a.test"], server.resolve, threads={"downloading": 8, "parsing": 2},
+                crawl={"max_downloads_at_time": 2})  # fmt: skip
+    assert len(server.paths_for("a.test")) == 41
+    assert server.peak_in_flight["a.test"] == 2
+
+
+def test_robots_disallowed_urls_are_never_requested(serve, crawler):
+    server = serve({"a.test": {
+        "/robots.txt": robots("User-agent: *\nDisallow: /private/\nAllow: /private/ok\n"
+                              "\nUser-agent: rccrawler\nDisallow: /private/\nDisallow: /mine\n"
+                              "Allow: /private/ok\n"),
+        "/": html("/private/a", "/private/ok", "/mine", "/public", "/r"),
+        "/private/a": html(), "/private/ok": html(), "/mine": html(), "/public": html(),
+        "/r": Resource(b"", 301, (("Location", "/private/b"),)),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    paths = server.paths_for("a.test")
+    assert paths[0] == "/robots.txt"
+    assert "/private/a" not in paths and "/mine" not in paths and "/private/b" not in paths
+    assert "/private/ok" in paths and "/public" in paths
+    graph = result.graph("a.test")
+    assert graph.skip_reason("http://a.test/private/a") == "robots"
+    assert graph.skip_reason("http://a.test/mine") == "robots"
+    assert graph.skip_reason("http://a.test/r") == "robots"
+
+
+def test_robots_503_means_nothing_else_is_requested(serve, crawler):
+    server = serve({"a.test": {"/robots.txt": robots("busy", 503), "/": html("/x")},
+                    "b.test": {"/robots.txt": robots("gone", 404), "/": html("/y"),
+                               "/y": html()}})  # fmt: skip
+    result = crawler.run(["a.test", "b.test"], server.resolve)
+    assert server.paths_for("a.test") == ["/robots.txt"]
+    assert sorted(server.paths_for("b.test")) == ["/", "/robots.txt", "/y"]
+    assert "robots.txt unavailable (HTTP 503)" in result.report["sites"]["a.test"]["stop_reason"]
+    assert result.graph("a.test").skip_reason("http://a.test/") == "robots"
+
+
+def test_robots_crawl_delay_wins_when_larger(serve, crawler):
+    server = serve({"a.test": {"/robots.txt": robots("User-agent: *\nCrawl-delay: 0.2\n"),
+                               **generated_site("a.test", 5, fanout=4)}})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve, crawl={"crawl_delay_ms": 10})
+    times = [hit.at for hit in server.hits_for("a.test")]
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.2 - 0.005
+    assert result.report["sites"]["a.test"]["crawl_delay_s"] == 0.2
+
+
+def test_three_sites_at_once_each_get_their_own_graph(serve, crawler):
+    hosts = ["a.test", "b.test", "c.test"]
+    server = serve({host: generated_site(host, 60 + 10 * i, fanout=4)
+                    for i, host in enumerate(hosts)})  # fmt: skip
+    result = crawler.run(hosts, server.resolve)
+    all_ids: set[int] = set()
+    for i, host in enumerate(hosts):
+        graph = result.graph(host)
+        assert len(graph.urls) == 60 + 10 * i
+        ids = {int(n["id"]) for n in graph.nodes}
+        assert all(f in ids and t in ids for f, t in graph.arcs)
+        assert len(graph.arcs) >= len(ids) - 1
+        assert all(url.startswith(f"http://{host}/") for url in graph.urls)
+        assert not ids & all_ids
+        all_ids |= ids
+        assert (result.output_dir / f"{host}.graphml").exists()
+
+
+def test_graph_arcs_match_the_links_of_the_site(serve, crawler):
+    site = generated_site("a.test", 50, fanout=3)
+    server = serve({"a.test": site})
+    result = crawler.run(["a.test"], server.resolve)
+    graph = result.graph("a.test")
+    by_url = {n["url"]: int(n["id"]) for n in graph.nodes}
+    assert by_url["http://a.test/"] == 1
+    child = by_url["http://a.test" + page_path(1)]
+    assert (1, child) in graph.arcs
+    for node in graph.nodes:
+        out = [t for f, t in graph.arcs if f == int(node["id"])]
+        assert int(node["out_degree"]) >= len(out)

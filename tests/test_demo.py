@@ -1,0 +1,75 @@
+"""`rccrawler demo` end to end, as a user runs it, checked against the sample site's facts."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+from rccrawler.html import parse_html
+from rccrawler.sample_sites import DEMO_HOST, demo_facts, demo_sites, generated_site
+
+
+def test_demo_crawls_the_sample_site(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rccrawler", "demo", "--output", str(out), "--no-tui"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "results in" in proc.stdout and f"{DEMO_HOST}:" in proc.stdout
+    facts = demo_facts()
+    with open(out / f"{DEMO_HOST}.nodes.csv", newline="") as handle:
+        nodes = list(csv.DictReader(handle))
+    paths = {row["url"].removeprefix(f"http://{DEMO_HOST}") for row in nodes}
+    assert paths == set(facts.nodes)
+    assert sum(1 for row in nodes if row["duplicate_of"]) == len(facts.duplicates) - 1
+    with open(out / f"{DEMO_HOST}.skipped.csv", newline="") as handle:
+        skipped = {row["url"]: row["reason"] for row in csv.DictReader(handle)}
+    base = f"http://{DEMO_HOST}"
+    assert skipped[base + facts.broken] == "error"
+    assert skipped[base + facts.offsite_redirect] == "subdomain"
+    assert skipped[base + facts.robots_redirect] == "robots"
+    assert skipped[f"http://{facts.blog_host}/"] == "subdomain"
+    for path in facts.not_html:
+        assert skipped[base + path] == "not_html"
+    for path in facts.disallowed:
+        if path not in facts.never_found:
+            assert skipped[base + path] == "robots"
+    for path in facts.never_found:
+        assert base + path not in skipped and path not in paths
+    for scheme_link in facts.ignored_schemes:
+        assert skipped[scheme_link] == "scheme"
+    assert "redirect_loop" in skipped.values()
+    report = json.loads((out / "report.json").read_text())
+    site = report["sites"][DEMO_HOST]
+    assert report["finished"] is True
+    assert site["pages_done"] == len(facts.nodes) - (len(facts.duplicates) - 1)
+    assert site["stop_reason"] == "no waiting links left"
+    assert max(int(row["level"]) for row in nodes) == facts.max_level
+    assert (out / f"{DEMO_HOST}.graphml").read_text().count("<node ") == site["pages_done"]
+
+
+def _html_bodies():
+    for site in demo_sites().values():
+        for path, res in site.items():
+            if getattr(res, "headers", None) and "html" in dict(res.headers).get(
+                "Content-Type", ""
+            ):
+                yield path, res.body
+    site = generated_site("g.test", 300, fanout=7, extra_unvisited_links=3)
+    for path in site:
+        yield path, site[path].body
+
+
+def test_both_parser_backends_extract_the_same_links_from_every_test_page():
+    count = 0
+    for path, body in _html_bodies():
+        url = f"http://{DEMO_HOST}{path}"
+        lexbor = parse_html(body, url, "text/html", parser="lexbor")
+        html5 = parse_html(body, url, "text/html", parser="html5lib")
+        assert lexbor.links == html5.links, path
+        assert lexbor.base_url == html5.base_url, path
+        count += 1
+    assert count > 400

@@ -1,0 +1,531 @@
+"""rccrawler.html: links from <a href>, charsets, the search fields, and backend agreement."""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import random
+import time
+from collections.abc import Iterator
+from urllib.parse import unquote
+
+import pytest
+
+import rccrawler.html as html_module
+from rccrawler.html import PARSERS, ParsedPage, decode_html, detect_encoding, parse_html
+
+PAGE = "http://a.test/dir/page?x=1#frag"
+PAGE_NO_FRAGMENT = "http://a.test/dir/page?x=1"
+
+
+@pytest.fixture(params=PARSERS)
+def parser(request: pytest.FixtureRequest) -> str:
+    """Every test that takes ``parser`` runs against both backends."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture(params=["rccrawler.urls", "urljoin"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Link tests hold with the crawler's resolver and with the urljoin fallback."""
+    if request.param == "urljoin":
+        monkeypatch.setattr(html_module, "_resolve", html_module._urljoin_resolve)
+    else:
+        urls = pytest.importorskip("rccrawler.urls")
+        monkeypatch.setattr(html_module, "_resolve", urls.resolve_link)
+    yield request.param
+
+
+def links(doc: str | bytes, parser: str, page: str = PAGE) -> tuple[str, ...]:
+    body = doc.encode() if isinstance(doc, str) else doc
+    return parse_html(body, page, parser=parser).links
+
+
+# --------------------------------------------------------------------------- links
+
+
+@pytest.mark.usefixtures("resolver")
+def test_links_come_from_a_href_only(parser: str) -> None:
+    doc = """<html><head>
+        <link rel=stylesheet href="/style.css"><script src="/app.js"></script>
+        </head><body>
+        <img src="/img.png"><iframe src="/frame"></iframe><form action="/form"></form>
+        <map><area href="/area" shape=rect coords="0,0,1,1"></map>
+        <a name="anchor-without-href">no href</a>
+        <A HREF="/upper">upper-case tag</A>
+        <a href="/ok">ok</a>
+        </body></html>"""
+    assert links(doc, parser) == ("http://a.test/upper", "http://a.test/ok")
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize(
+    ("href", "expected"),
+    [
+        ("other", "http://a.test/dir/other"),
+        ("/root", "http://a.test/root"),
+        ("../up", "http://a.test/up"),
+        ("./same", "http://a.test/dir/same"),
+        ("https://b.test/y?z=1", "https://b.test/y?z=1"),
+        ("//c.test/z", "http://c.test/z"),
+        ("?q=2", "http://a.test/dir/page?q=2"),
+        ("#top", PAGE_NO_FRAGMENT),
+        ("/x#frag", "http://a.test/x"),
+        ("  /spaces\n\t", "http://a.test/spaces"),
+        ("/in\tside\n", "http://a.test/inside"),
+        ("/s?a=1&amp;b=2", "http://a.test/s?a=1&b=2"),
+        ("/e&#x41;&#66;", "http://a.test/eAB"),
+        ("mailto:someone@a.test", "mailto:someone@a.test"),
+        ("javascript:void(0)", "javascript:void(0)"),
+        ("tel:+15550100", "tel:+15550100"),
+    ],
+)
+def test_href_resolution(parser: str, href: str, expected: str) -> None:
+    assert links(f'<a href="{href}">x</a>', parser) == (expected,)
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize("doc", ['<a href="">self</a>', "<a href>self</a>", '<a href=" ">x</a>'])
+def test_empty_href_links_to_the_page_itself(parser: str, doc: str) -> None:
+    assert links(doc, parser) == (PAGE_NO_FRAGMENT,)
+
+
+@pytest.mark.usefixtures("resolver")
+def test_duplicates_are_removed_keeping_the_first(parser: str) -> None:
+    doc = """<a href="/b">1</a><a href="/a">2</a><a href="/b">3</a>
+        <a href="http://a.test/a">same as /a</a><a href="/c#x">4</a><a href="/c#y">5</a>
+        <a href="../dir/b">same as /dir/b</a><a href="b">6</a>"""
+    assert links(doc, parser) == (
+        "http://a.test/b",
+        "http://a.test/a",
+        "http://a.test/c",
+        "http://a.test/dir/b",
+    )
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize(
+    ("head", "base_url", "link"),
+    [
+        (
+            '<base href="http://other.test/base/">',
+            "http://other.test/base/",
+            "http://other.test/base/x",
+        ),
+        ('<base href="sub/">', "http://a.test/dir/sub/", "http://a.test/dir/sub/x"),
+        ('<base href="/root/">', "http://a.test/root/", "http://a.test/root/x"),
+        ('<base href="//cdn.test/p/">', "http://cdn.test/p/", "http://cdn.test/p/x"),
+        ('<base href="  /ws/  ">', "http://a.test/ws/", "http://a.test/ws/x"),
+        # Only the first <base> with an href counts; a target-only <base> is skipped.
+        (
+            '<base target="_top"><base href="/one/"><base href="/two/">',
+            "http://a.test/one/",
+            "http://a.test/one/x",
+        ),
+        # A javascript: or data: base is no base (the HTML spec's fallback base URL).
+        ('<base href="javascript:alert(1)">', PAGE_NO_FRAGMENT, "http://a.test/dir/x"),
+        ('<base href="data:text/html,hi">', PAGE_NO_FRAGMENT, "http://a.test/dir/x"),
+        ("", PAGE_NO_FRAGMENT, "http://a.test/dir/x"),
+    ],
+)
+def test_base_href(parser: str, head: str, base_url: str, link: str) -> None:
+    doc = f"<html><head>{head}</head><body><a href='x'>x</a><a href='#f'>self</a></body></html>"
+    page = parse_html(doc.encode(), PAGE, parser=parser)
+    assert page.base_url == base_url
+    assert page.links == (link, base_url)
+
+
+@pytest.mark.usefixtures("resolver")
+def test_base_in_body_counts_when_it_is_the_first(parser: str) -> None:
+    doc = "<a href=x>x</a><base href='http://b.test/late/'>"
+    page = parse_html(doc.encode(), PAGE, parser=parser)
+    assert page.base_url == "http://b.test/late/"
+    assert page.links == ("http://b.test/late/x",)
+
+
+def test_hidden_and_foreign_anchors_are_not_links(parser: str) -> None:
+    doc = """<body>
+        <script>document.write('<a href="/script">')</script>
+        <!-- <a href="/comment">x</a> -->
+        <template><a href="/template">t</a></template>
+        <textarea><a href="/textarea"></a></textarea>
+        <svg><a href="/svg-a"><text>svg link</text></a>
+          <foreignObject><a href="/html-in-svg">html</a></foreignObject></svg>
+        <math><a href="/math-a">m</a><mtext><a href="/html-in-math">t</a></mtext></math>
+        <a href="/plain">plain</a></body>"""
+    assert links(doc, parser) == (
+        "http://a.test/html-in-svg",
+        "http://a.test/html-in-math",
+        "http://a.test/plain",
+    )
+
+
+def test_unknown_parser_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="unknown HTML parser"):
+        parse_html(b"<a href=x>", PAGE, parser="lxml")
+
+
+# --------------------------------------------------------------------------- robustness
+
+RNG = random.Random(20240501)
+MALFORMED = {
+    "empty": b"",
+    "whitespace": b" \n\t ",
+    "unclosed": b"<html><body><div><p><a href='/a'>one<a href='/b'>two<table><tr><td><a href=/c",
+    "unterminated attribute": b'<a href="/never-closed>text</a><a href=/next>',
+    "stray angles": b"<<<>>></a><a <a href=/x>> < a href=/no>",
+    "garbage bytes": bytes(range(256)) * 4 + b"<a href='/after-garbage'>x</a>",
+    "nul bytes": b"\x00<a hr\x00ef='/n\x00ul'>\x00x</a>\x00<title>t\x00</title>",
+    "deep nesting": b"<div>" * 3000 + b"<a href=/deep>d</a>" + b"</div>" * 10,
+    "table in svg": b"<table><svg><html>",
+    "frameset": b"<frameset><frame src=/f><a href=/x></frameset>",
+    "invalid utf-8": b"<title>\xff\xfe\xc3</title><a href='/\xe9t\xe9'>x</a>",
+    "broken ipv6 href": b"<a href='http://[::1/x'>x</a><a href='/ok'>ok</a>",
+    "random 64k": RNG.randbytes(65_536),
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_html_does_not_raise(parser: str, body: bytes) -> None:
+    for full in (False, True):
+        page = parse_html(body, PAGE, parser=parser, full=full)
+        assert isinstance(page, ParsedPage)
+        assert all(isinstance(link, str) and "#" not in link for link in page.links)
+
+
+def test_one_megabyte_of_random_bytes(parser: str) -> None:
+    body = random.Random(7).randbytes(1_000_000)
+    page = parse_html(body, PAGE, "text/html; charset=utf-8", parser=parser, full=True)
+    assert isinstance(page.text, str)
+
+
+def test_broken_markup_still_yields_links(parser: str) -> None:
+    # The last <a href=/c is cut by the end of the input: the tokenizer drops such a tag.
+    assert links(MALFORMED["unclosed"], parser) == ("http://a.test/a", "http://a.test/b")
+    assert links(MALFORMED["unclosed"] + b">", parser)[-1] == "http://a.test/c"
+    assert "http://a.test/ok" in links(MALFORMED["broken ipv6 href"], parser)
+
+
+# --------------------------------------------------------------------------- agreement
+
+AGREEMENT_DOCS = {
+    "plain": "<html><head><title>T</title></head><body><a href=/a>a</a><a href=b>b</a></body>",
+    "no html/head/body": "<title>x</title><p>text <a href='rel/path'>r</a> <a href='?q'>q</a>",
+    "base and fragments": "<base href='/b/'><a href='#x'>x</a><a href='c#y'>c</a><a href=''>e</a>",
+    "nested anchors": "<a href=/1>one <a href=/2>two</a> <div><a href=/3>3</div></a>",
+    "formatting mess": "<b><i><a href=/f1>x</b></i><p>para<a href=/f2>y</p><u><a href=/f3>z",
+    "tables": "<table><a href=/foster>f</a><tr><td><a href=/cell>c</a></td></tr></table>",
+    "lists and forms": "<ul><li><a href=/l1>1<li><a href=/l2>2</ul><form><a href=/in-form>f</a>",
+    "script and style": "<script>'<a href=/no>'</script><style>a{}</style><a href=/yes>y</a>",
+    "noscript": "<head><noscript><a href=/ns-head>h</a></noscript></head><noscript><a href=/ns>",
+    "svg and math": "<svg><a href=/s>s</a><desc><a href=/d>d</a></desc></svg><math><a href=/m>",
+    "template": "<template><a href=/t>t</a></template><a href=/after>a</a>",
+    "entities, spaces": "<a href=' /x?a=1&amp;b=2 '>x</a><a href='/%7Eu'>u</a><a href='/&eacute;'>",
+    "schemes": "<a href='mailto:a@b.test'>m</a><a href='javascript:x()'>j</a><a href='ftp://f.test/'>",
+    "duplicate attributes": "<a href=/first href=/second>d</a><a HREF=/upper>u</a>",
+    "many links": "".join(f"<a href='/p{i % 37}'>{i}</a>" for i in range(500)),
+    "unicode": "<title>Ünïcödé</title><a href='/страница'>ru</a><a href='/页面?q=值'>zh</a>",
+}
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize("doc", AGREEMENT_DOCS.values(), ids=AGREEMENT_DOCS.keys())
+def test_backends_agree(doc: str) -> None:
+    lexbor = parse_html(doc.encode(), PAGE, parser="lexbor", full=True)
+    html5lib = parse_html(doc.encode(), PAGE, parser="html5lib", full=True)
+    assert lexbor.links == html5lib.links
+    assert lexbor.base_url == html5lib.base_url
+    assert lexbor.links, "every agreement document has links"
+    # The search fields are built from the same tree, so they agree on sane documents too.
+    assert dataclasses.astuple(lexbor)[2:] == dataclasses.astuple(html5lib)[2:]
+
+
+# --------------------------------------------------------------------------- charsets
+
+CYRILLIC_TITLE = "Привет, мир"
+CYRILLIC_TEXT = "Съешь же ещё этих мягких французских булок"
+LINK = "/страница"
+
+
+def cyrillic_doc(encoding: str, meta: str = "") -> bytes:
+    doc = (
+        f"<html><head>{meta}<title>{CYRILLIC_TITLE}</title></head>"
+        f"<body><p>{CYRILLIC_TEXT}</p><a href='{LINK}'>ссылка</a></body></html>"
+    )
+    return doc.encode(encoding)
+
+
+CHARSET_CASES = {
+    "windows-1251 header": (cyrillic_doc("cp1251"), "text/html; charset=windows-1251", "cp1251"),
+    "windows-1251 quoted header": (
+        cyrillic_doc("cp1251"),
+        'text/html; Charset="Windows-1251"',
+        "cp1251",
+    ),
+    "meta charset, no header": (
+        cyrillic_doc("koi8-r", "<meta charset='koi8-r'>"),
+        "text/html",
+        "koi8-r",
+    ),
+    "meta charset, no content type": (
+        cyrillic_doc("cp1251", '<meta charset="windows-1251">'),
+        None,
+        "cp1251",
+    ),
+    "http-equiv": (
+        cyrillic_doc(
+            "cp1251",
+            '<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">',
+        ),
+        None,
+        "cp1251",
+    ),
+    "header wins over meta": (
+        cyrillic_doc("cp1251", '<meta charset="iso-8859-1">'),
+        "text/html; charset=windows-1251",
+        "cp1251",
+    ),
+    "unknown header label, meta used": (
+        cyrillic_doc("cp1251", '<meta charset="windows-1251">'),
+        "text/html; charset=x-no-such-charset",
+        "cp1251",
+    ),
+    "utf-8 BOM wins over header": (
+        codecs.BOM_UTF8 + cyrillic_doc("utf-8"),
+        "text/html; charset=windows-1251",
+        "utf-8",
+    ),
+    "utf-16-le BOM": (
+        codecs.BOM_UTF16_LE + cyrillic_doc("utf-16-le"),
+        "text/html; charset=utf-8",
+        "utf-16-le",
+    ),
+    "utf-16-be BOM": (codecs.BOM_UTF16_BE + cyrillic_doc("utf-16-be"), None, "utf-16-be"),
+    "unknown labels fall back to utf-8": (
+        cyrillic_doc("utf-8", '<meta charset="x-bogus">'),
+        "text/html; charset=bogus-9",
+        "utf-8",
+    ),
+    "no declaration": (cyrillic_doc("utf-8"), "text/html", "utf-8"),
+}
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize(
+    ("body", "content_type", "codec"), CHARSET_CASES.values(), ids=CHARSET_CASES.keys()
+)
+def test_charset_decoding(parser: str, body: bytes, content_type: str | None, codec: str) -> None:
+    assert detect_encoding(body, content_type) == codec
+    page = parse_html(body, "http://a.test/dir/", content_type, parser=parser, full=True)
+    assert page.title == CYRILLIC_TITLE
+    assert page.text == f"{CYRILLIC_TEXT} ссылка"
+    # The resolver may percent-encode non-ASCII (RFC 3986) or keep it (as found).
+    assert [unquote(link) for link in page.links] == ["http://a.test/страница"]
+
+
+@pytest.mark.usefixtures("resolver")
+@pytest.mark.parametrize(
+    ("label", "python_encoding", "codec", "title"),
+    [
+        ("GB2312", "gb2312", "gb18030", "中文网页标题"),
+        ("gbk", "gbk", "gb18030", "中文網頁"),
+        ("Shift_JIS", "shift_jis", "cp932", "日本語のページ"),
+        ("EUC-KR", "euc-kr", "cp949", "한국어 페이지"),
+        ("ISO-8859-1", "cp1252", "cp1252", "Café “smart” quotes"),
+    ],
+)
+def test_east_asian_and_latin_charsets(
+    parser: str, label: str, python_encoding: str, codec: str, title: str
+) -> None:
+    doc = f"<meta charset={label}><title>{title}</title><a href='/{title}'>{title}</a>"
+    body = doc.encode(python_encoding)
+    assert detect_encoding(body, None) == codec
+    page = parse_html(body, "http://a.test/", parser=parser, full=True)
+    assert page.title == title
+    assert page.text == title
+    assert [unquote(link) for link in page.links] == [f"http://a.test/{title}"]
+
+
+@pytest.mark.parametrize(
+    ("label", "codec"),
+    [
+        ("iso-8859-1", "cp1252"),
+        ("latin1", "cp1252"),
+        ("ascii", "cp1252"),
+        ("US-ASCII", "cp1252"),
+        ("latin_1", "cp1252"),
+        ("gb2312", "gb18030"),
+        ("GBK", "gb18030"),
+        ("shift_jis", "cp932"),
+        ("sjis", "cp932"),
+        ("euc-kr", "cp949"),
+        ("UTF8", "utf-8"),
+        ("windows-1251", "cp1251"),
+        ("koi8-r", "koi8-r"),
+        ("big5", "big5hkscs"),
+        ("euc-jp", "euc_jp"),
+        ("cp437", "cp437"),  # outside the WHATWG list but a real charset
+        ("no-such-charset", "utf-8"),
+        ("base64", "utf-8"),  # a Python codec, but bytes-to-bytes
+        ("utf-7", "utf-8"),  # dropped by WHATWG (an XSS vector)
+        ("unicode_escape", "utf-8"),
+        ("", "utf-8"),
+    ],
+)
+def test_header_labels_map_to_python_codecs(label: str, codec: str) -> None:
+    found = detect_encoding(b"<p>x</p>", f"text/html; charset={label}")
+    assert found == codec
+    assert codecs.lookup(found).name == found
+
+
+@pytest.mark.parametrize(
+    ("body", "codec"),
+    [
+        (b"<meta charset=utf-16>", "utf-8"),  # a document read as ASCII is not UTF-16
+        (b"<!-- <meta charset=koi8-r> --><meta charset=windows-1251>", "cp1251"),
+        (b"<meta charset=bogus><meta charset=koi8-r>", "koi8-r"),
+        (b"<meta name=x content='charset=koi8-r'>", "utf-8"),  # content needs http-equiv
+        (b"<META HTTP-EQUIV=content-type CONTENT='text/html;charset=KOI8-R'>", "koi8-r"),
+        (b"<meta content='text/html; charset=cp1251' http-equiv='Content-Type'>", "cp1251"),
+        (b"<meta/charset='koi8-r'/>", "koi8-r"),
+        (b" " * 4096 + b"<meta charset=koi8-r>", "utf-8"),  # past the prescan window
+        (b"\xef\xbb\xbf<meta charset=koi8-r>", "utf-8"),
+        (b"\xff\xfe<\x00", "utf-16-le"),
+        (b"\xfe\xff\x00<", "utf-16-be"),
+    ],
+)
+def test_meta_prescan(body: bytes, codec: str) -> None:
+    assert detect_encoding(body, None) == codec
+
+
+def test_decode_html_removes_the_bom_and_replaces_bad_bytes() -> None:
+    assert decode_html(codecs.BOM_UTF8 + b"<p>x</p>", None) == "<p>x</p>"
+    assert decode_html(codecs.BOM_UTF16_LE + "<p>й</p>".encode("utf-16-le"), None) == "<p>й</p>"
+    assert decode_html(b"<p>\xff</p>", "text/html; charset=utf-8") == "<p>\ufffd</p>"
+
+
+# --------------------------------------------------------------------------- full=True
+
+FULL_DOC = """<!DOCTYPE html>
+<html><head>
+  <title>
+    The   Title
+  </title>
+  <meta name="Keywords" content="alpha,  beta, gamma">
+  <meta name="description" content="A short
+      description.">
+  <meta name="summary" content="Not used: description exists.">
+  <meta name="ROBOTS" content="NoIndex, NOFOLLOW">
+  <script>var hidden = "script text";</script>
+  <style>.hidden { content: "style text" }</style>
+</head>
+<body>
+  <h1>Main   heading</h1>
+  <p>First <b>bold</b> paragraph &amp; more.</p>
+  <noscript>noscript text</noscript>
+  <template><p>template text</p></template>
+  <h2>Second</h2><h3></h3>
+  <div><h6>Deep <span>six</span></h6></div>
+  <script>more_hidden()</script>
+  <p>Last&nbsp;words <a href="/l">link text</a></p>
+</body></html>"""
+
+
+def test_full_fields(parser: str) -> None:
+    page = parse_html(FULL_DOC.encode(), PAGE, parser=parser, full=True)
+    assert page.title == "The Title"
+    assert page.meta_keywords == "alpha, beta, gamma"
+    assert page.meta_description == "A short description."
+    assert page.meta_robots == "noindex, nofollow"
+    assert page.headings == ("Main heading", "Second", "Deep six")
+    assert page.text == (
+        "Main heading First bold paragraph & more. Second Deep six Last words link text"
+    )
+    for hidden in ("script", "style", "noscript", "template", "The Title"):
+        assert hidden not in page.text
+    assert page.links == ("http://a.test/l",)
+
+
+def test_fast_path_fills_only_links_base_and_robots(parser: str) -> None:
+    page = parse_html(FULL_DOC.encode(), PAGE, parser=parser)
+    assert page == ParsedPage(
+        links=("http://a.test/l",),
+        base_url=PAGE_NO_FRAGMENT,
+        title="",
+        meta_keywords="",
+        meta_description="",
+        headings=(),
+        text="",
+        meta_robots="noindex, nofollow",
+    )
+
+
+def test_summary_is_the_fallback_description(parser: str) -> None:
+    doc = b"<meta name=summary content='The summary.'><title>t</title>"
+    page = parse_html(doc, PAGE, parser=parser, full=True)
+    assert page.meta_description == "The summary."
+
+
+def test_missing_fields_are_empty(parser: str) -> None:
+    page = parse_html(b"<p>only text</p>", PAGE, parser=parser, full=True)
+    assert (page.title, page.meta_keywords, page.meta_description, page.meta_robots) == (
+        "",
+        "",
+        "",
+        "",
+    )
+    assert page.headings == ()
+    assert page.text == "only text"
+    assert page.links == ()
+
+
+def test_several_robots_metas_are_joined(parser: str) -> None:
+    doc = b"<meta name=robots content=NOINDEX><meta name=robots content='NoFollow'>"
+    assert parse_html(doc, PAGE, parser=parser).meta_robots == "noindex, nofollow"
+
+
+def test_svg_title_is_not_the_page_title(parser: str) -> None:
+    doc = b"<body><svg><title>icon</title></svg><title>Real</title></body>"
+    assert parse_html(doc, PAGE, parser=parser, full=True).title == "Real"
+
+
+def test_parsed_page_is_frozen() -> None:
+    page = parse_html(b"<a href=x>", PAGE)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        page.title = "changed"  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def big_page(n_links: int = 14_000) -> bytes:
+    """About 2 MB of markup and text with 14,000 links, a third of them repeated hrefs."""
+    words = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit"]
+    rows = [
+        f'<div class="row"><a href="/section/{i % 300}/item-{i % 4000}.html?ref={i % 3}">'
+        f"Link {i}</a> <span>{' '.join(words[(i + k) % len(words)] for k in range(10))}</span>"
+        "</div>\n"
+        for i in range(n_links)
+    ]
+    return f"<html><head><title>Big</title></head><body>{''.join(rows)}</body></html>".encode()
+
+
+def test_svg_heavy_page_stays_linear() -> None:
+    """The namespace replay is memoized: links deep inside an <svg> cost no deep walks each."""
+    inner = "".join(f"<foreignObject><a href='/f{i}'>f</a></foreignObject>" for i in range(3000))
+    doc = "<svg>" + "<g>" * 2000 + inner + "</svg><a href=/after>a</a>"
+    started = time.perf_counter()
+    found = links(doc, "lexbor")
+    assert time.perf_counter() - started < 1.0
+    assert len(found) == 3001
+    assert found[-1] == "http://a.test/after"
+
+
+def test_lexbor_parses_a_big_page_fast() -> None:
+    body = big_page()
+    assert len(body) > 2_000_000
+    started = time.perf_counter()
+    page = parse_html(body, "http://a.test/", parser="lexbor")
+    elapsed = time.perf_counter() - started
+    assert len(page.links) == 12_000
+    assert elapsed < 1.0, f"{len(body) / elapsed / 1e6:.1f} MB/s is too slow"
