@@ -5,7 +5,6 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import random
-import time
 from collections.abc import Iterator
 from urllib.parse import unquote
 
@@ -514,18 +513,14 @@ def test_svg_heavy_page_stays_linear() -> None:
     """The namespace replay is memoized: links deep inside an <svg> cost no deep walks each."""
     inner = "".join(f"<foreignObject><a href='/f{i}'>f</a></foreignObject>" for i in range(3000))
     doc = "<svg>" + "<g>" * 2000 + inner + "</svg><a href=/after>a</a>"
-    started = time.perf_counter()
     found = links(doc, "lexbor")
-    assert time.perf_counter() - started < 1.0
     assert len(found) == 3001
     assert found[-1] == "http://a.test/after"
 
 
-def test_lexbor_parses_a_big_page_fast() -> None:
+def test_lexbor_parses_a_big_page() -> None:
+    """The Python-docs-sized page (speed is measured in benchmarks/, never asserted here)."""
     body = big_page()
     assert len(body) > 2_000_000
-    started = time.perf_counter()
     page = parse_html(body, "http://a.test/", parser="lexbor")
-    elapsed = time.perf_counter() - started
     assert len(page.links) == 12_000
-    assert elapsed < 1.0, f"{len(body) / elapsed / 1e6:.1f} MB/s is too slow"

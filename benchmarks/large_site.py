@@ -1,0 +1,125 @@
+"""Crawl big generated sites on loopback; print pages/s and the crawler's peak RSS.
+
+    python benchmarks/large_site.py [--pages 10000] [--frontier 10000 100000]
+
+Part 1 crawls a generated site of --pages pages to completion. Part 2 grows the
+frontier: every page carries 500 links to pages that do not exist yet, and the
+crawl is stopped (rccrawler stop) once that many URLs are waiting; the peak RSS
+at each frontier size shows whether memory grows with the frontier. The
+crawler runs as its own process (`python -m rccrawler`), the server in this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from rccrawler.loopback import serve_sites
+from rccrawler.sample_sites import generated_site
+
+
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM of a live process: its peak resident set so far."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def write_settings(folder: Path, resolve: dict[str, str], host: str, **crawl: object) -> Path:
+    settings = {
+        "sites": [f"http://{host}/"],
+        "state_dir": str(folder / "state"),
+        "output_dir": str(folder / "output"),
+        "threads": {"downloading": 8, "parsing": 2},
+        "crawl": {
+            "crawl_delay_ms": 0,
+            "max_downloads_at_time": 8,
+            "timeout_s": 30,
+            "resolve": resolve,
+            **crawl,
+        },
+    }
+    path = folder / "settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
+def crawler(config: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "rccrawler", *args, "--config", str(config), "--no-tui", "-q"]
+
+
+def full_crawl(pages: int) -> dict[str, float]:
+    host = "big.test"
+    with (
+        serve_sites({host: generated_site(host, pages, fanout=10)}) as server,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        config = write_settings(Path(tmp), server.resolve, host)
+        started = time.monotonic()
+        proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
+        peak = 0.0
+        while proc.poll() is None:
+            peak = max(peak, peak_rss_mb(proc.pid))
+            time.sleep(0.2)
+        elapsed = time.monotonic() - started
+        report = json.loads((Path(tmp) / "output" / "report.json").read_text())
+        done = report["sites"][host]["pages_done"]
+    return {"pages": done, "seconds": elapsed, "pages_per_s": done / elapsed, "peak_rss_mb": peak}
+
+
+def frontier_growth(target: int) -> dict[str, float]:
+    host = "wide.test"
+    site = generated_site(host, 100_000, fanout=10, extra_unvisited_links=500)
+    with serve_sites({host: site}) as server, tempfile.TemporaryDirectory() as tmp:
+        config = write_settings(Path(tmp), server.resolve, host)
+        proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
+        peak, waiting = 0.0, 0
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            peak = max(peak, peak_rss_mb(proc.pid))
+            status = subprocess.run(
+                crawler(config, "status", "--json"), capture_output=True, text=True
+            )
+            if status.returncode == 0:
+                waiting = json.loads(status.stdout)["sites"][0]["waiting"]
+                if waiting >= target:
+                    subprocess.run(crawler(config, "stop"), capture_output=True)
+                    break
+            time.sleep(0.5)
+        while proc.poll() is None:
+            peak = max(peak, peak_rss_mb(proc.pid))
+            time.sleep(0.1)
+    return {"frontier": waiting, "peak_rss_mb": peak}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=10_000)
+    parser.add_argument("--frontier", type=int, nargs="*", default=[10_000, 100_000])
+    args = parser.parse_args()
+    result = full_crawl(args.pages)
+    print(
+        f"full crawl: {result['pages']:.0f} pages in {result['seconds']:.1f} s = "
+        f"{result['pages_per_s']:.0f} pages/s, peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
+    for target in args.frontier:
+        growth = frontier_growth(target)
+        print(
+            f"frontier of {growth['frontier']:.0f} waiting URLs: "
+            f"peak RSS {growth['peak_rss_mb']:.0f} MB"
+        )
+
+
+if __name__ == "__main__":
+    main()
