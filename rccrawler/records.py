@@ -171,7 +171,11 @@ class HostStats:
     host: str
     waiting: int = 0
     running: int = 0
+    """Pages being downloaded or parsed."""
     downloaded: int = 0
+    """Pages downloaded, waiting for a ParsingThread."""
+    parsing: int = 0
+    """Of ``running``, the pages being parsed."""
     done: int = 0
     errors: int = 0
     skipped: int = 0
@@ -198,7 +202,12 @@ class CrawlStats:
 
     hosts: tuple[HostStats, ...] = ()
     pages_done: int = 0
+    """Pages finished (nodes and duplicates), all sites: the rate's numerator."""
     bytes: int = 0
+    downloading: int = 0
+    """Pages leased by DownloadingThreads right now (busy downloaders)."""
+    parsing: int = 0
+    """Pages leased by ParsingThreads right now (busy parsers)."""
     taken_at: float = 0.0
     extra: dict[str, int] = field(default_factory=dict)
 

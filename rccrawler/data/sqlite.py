@@ -227,6 +227,27 @@ class SQLiteDataManager(DataManager):
                 self._db.close()
                 self._db = None
 
+    @contextlib.contextmanager
+    def _atomic(self) -> Iterator[sqlite3.Connection]:
+        """The lock and one committed transaction around a public method's body.
+
+        A failure rolls the transaction back, so the file stays consistent; a
+        storage failure (disk full, I/O error, read-only) becomes a StateError.
+        """
+        with self._lock:
+            db = self.db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+                db.execute("COMMIT")
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise StateError(f"cannot write the crawl state {self.path}: {exc}") from exc
+                raise
+            self._changed.notify_all()
+
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
@@ -278,18 +299,14 @@ class SQLiteDataManager(DataManager):
         self._bytes = sum(c.bytes for c in self._counters.values())
 
     def check_identity(self, manager: str, storage: str) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
             if not meta:
-                db.execute("BEGIN")
                 db.executemany(
                     "INSERT INTO meta VALUES (?, ?)",
                     [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
                      ("storage", storage), ("created", str(self.clock()))],
                 )  # fmt: skip
-                db.execute("COMMIT")
-                self._notify()
                 return
         if meta.get("schema_version") != str(SCHEMA_VERSION):
             raise StateError(
@@ -309,22 +326,21 @@ class SQLiteDataManager(DataManager):
             )
 
     def recover(self) -> int:
-        with self._lock:
-            db = self.db
-            db.execute("BEGIN")
+        with self._atomic() as db:
             moved = db.execute(
                 "UPDATE pages SET state = 'waiting' WHERE state = 'running'"
             ).rowcount
             moved += db.execute(
                 "UPDATE pages SET state = 'downloaded' WHERE state = 'parsing'"
             ).rowcount
+            self._load_memory()
+            now = self.clock()
             for host in self._hosts.values():
                 if host.robots_state is RobotsState.FETCHING:
                     host.robots_state = RobotsState.PENDING
-                    self._save_host(host)
-            db.execute("COMMIT")
-            self._notify()
-            self._load_memory()
+                # The last request before a crash may have been just now.
+                host.next_fetch_at = max(host.next_fetch_at, now + host.crawl_delay)
+                self._save_host(host)
             return moved
 
     # -- sites and robots ------------------------------------------------
@@ -335,28 +351,21 @@ class SQLiteDataManager(DataManager):
         )
 
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             if host.host in self._hosts:
                 known = self._hosts[host.host]
                 # Settings may change between runs; politeness follows the newest.
                 known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
                 known.max_downloads_at_time = host.max_downloads_at_time
                 known.max_crawl_level = host.max_crawl_level
-                db.execute("BEGIN")
                 self._save_host(known)
-                db.execute("COMMIT")
-                self._notify()
                 return False
             host = replace(host, started_at=self.clock())
-            db.execute("BEGIN")
             self._hosts[host.host] = host
             self._save_host(host)
             self._insert_pages(
                 [(host.host, start_url, normalized_url, None, 0, "")], self._counters[host.host]
             )
-            db.execute("COMMIT")
-            self._notify()
             return True
 
     def _insert_pages(
@@ -381,7 +390,7 @@ class SQLiteDataManager(DataManager):
         return ids
 
     def take_robots(self) -> HostData | None:
-        with self._lock:
+        with self._atomic() as db:
             now = self.clock()
             for host in self._hosts.values():
                 if host.robots_state is RobotsState.PENDING and host.next_fetch_at <= now:
@@ -393,8 +402,7 @@ class SQLiteDataManager(DataManager):
     def store_robots(
         self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
     ) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             data = self._hosts[host]
             data.robots_state = RobotsState.READY
             data.robots_status = status
@@ -402,7 +410,6 @@ class SQLiteDataManager(DataManager):
             if crawl_delay is not None and crawl_delay > data.crawl_delay:
                 data.crawl_delay = crawl_delay
             data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
-            db.execute("BEGIN")
             if blocked:
                 data.stop_reason = (
                     f"robots.txt unavailable (HTTP {status})"
@@ -411,8 +418,6 @@ class SQLiteDataManager(DataManager):
                 )
                 self._end_waiting(host, SkipReason.ROBOTS)
             self._save_host(data)
-            db.execute("COMMIT")
-            self._notify()
 
     def _end_waiting(self, host: str, reason: SkipReason) -> None:
         counters = self._counters[host]
@@ -443,7 +448,7 @@ class SQLiteDataManager(DataManager):
         self._changed.notify_all()
 
     def take_for_download(self) -> PageData | None:
-        with self._lock:
+        with self._atomic() as db:
             now = self.clock()
             hosts = list(self._hosts.values())
             self._due_in = 1.0
@@ -516,8 +521,7 @@ class SQLiteDataManager(DataManager):
         return _page(row)
 
     def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             now = self.clock()
             page = self._load_page(page_id)
             counters = self._counters[page.host]
@@ -527,7 +531,6 @@ class SQLiteDataManager(DataManager):
             size = len(result.body)
             counters.bytes += size
             self._bytes += size
-            db.execute("BEGIN")
             if result.retry_after is not None:
                 host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
                 self._save_host(host)
@@ -557,8 +560,6 @@ class SQLiteDataManager(DataManager):
                         (attempts, error, result.status, page_id),
                     )
                     self._finish(page, counters, PageState.ERROR, error)
-                db.execute("COMMIT")
-                self._notify()
                 return
             status = result.status or 0
             if status != 200 or not _is_html(result.content_type):
@@ -573,8 +574,6 @@ class SQLiteDataManager(DataManager):
                     (state.value, attempts, status, result.content_type, error, size, page_id),
                 )
                 self._finish(page, counters, state, error)
-                db.execute("COMMIT")
-                self._notify()
                 return
             first = db.execute(
                 "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id != ? "
@@ -585,7 +584,7 @@ class SQLiteDataManager(DataManager):
                 db.execute(
                     "UPDATE pages SET state = 'done', download_attempts = ?, http_status = 200, "
                     "content_type = ?, content_hash = ?, replace_id = ?, bytes = ?, "
-                    "downloaded = 1, truncated = ? WHERE id = ?",
+                    "downloaded = 1, truncated = ?, error_code = '' WHERE id = ?",
                     (attempts, result.content_type, content_hash, first[0], size,
                      int(result.truncated), page_id),
                 )  # fmt: skip
@@ -604,19 +603,15 @@ class SQLiteDataManager(DataManager):
                     (page_id, result.body),
                 )
                 counters.move(PageState.RUNNING, PageState.DOWNLOADED)
-            db.execute("COMMIT")
-            self._notify()
 
     def store_redirect(
         self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
     ) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             page = self._load_page(page_id)
             counters = self._counters[page.host]
             self._release(page, counters)
             chain = [u for u in page.redirect_target.split("\n") if u] or [page.url]
-            db.execute("BEGIN")
             if skip is not None:
                 db.execute(
                     "UPDATE pages SET state = 'skipped', error_code = ?, redirect_target = ? "
@@ -660,29 +655,22 @@ class SQLiteDataManager(DataManager):
                     )  # fmt: skip
                     counters.move(PageState.RUNNING, PageState.WAITING)
                     counters.levels[page.level] -= 1
-            db.execute("COMMIT")
-            self._notify()
 
     def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             page = self._load_page(page_id)
             counters = self._counters[page.host]
             if page.state is PageState.RUNNING:
                 self._release(page, counters)
-            db.execute("BEGIN")
             db.execute(
                 "UPDATE pages SET state = 'skipped', error_code = ? WHERE id = ?",
                 (reason.value, page_id),
             )
             self._finish(page, counters, PageState.SKIPPED)
-            db.execute("COMMIT")
-            self._notify()
 
     # -- parsing ---------------------------------------------------------
     def take_for_parsing(self) -> tuple[PageData, bytes] | None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             row = db.execute(
                 f"SELECT {_PAGE_COLUMNS} FROM pages WHERE state = 'downloaded' "
                 "ORDER BY level, id LIMIT 1"
@@ -701,11 +689,9 @@ class SQLiteDataManager(DataManager):
     def store_parse(
         self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
     ) -> None:
-        with self._lock:
-            db = self.db
+        with self._atomic() as db:
             page = self._load_page(page_id)
             counters = self._counters[page.host]
-            db.execute("BEGIN")
             unique: dict[str, FoundLink] = {}
             for link in links:
                 unique.setdefault(link.normalized_url, link)
@@ -752,8 +738,6 @@ class SQLiteDataManager(DataManager):
             )
             db.execute("DELETE FROM bodies WHERE page_id = ?", (page_id,))
             self._finish(page, counters, PageState.DONE)
-            db.execute("COMMIT")
-            self._notify()
 
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
@@ -768,6 +752,7 @@ class SQLiteDataManager(DataManager):
                         waiting=c.by_state[PageState.WAITING],
                         running=c.by_state[PageState.RUNNING] + c.by_state[PageState.PARSING],
                         downloaded=c.by_state[PageState.DOWNLOADED],
+                        parsing=c.by_state[PageState.PARSING],
                         done=c.by_state[PageState.DONE] - c.duplicates - c.aliases,
                         errors=c.by_state[PageState.ERROR],
                         skipped=c.by_state[PageState.SKIPPED],
@@ -785,22 +770,20 @@ class SQLiteDataManager(DataManager):
             return CrawlStats(
                 hosts=tuple(stats),
                 pages_done=self._pages_done,
+                downloading=sum(h.running - h.parsing for h in stats),
+                parsing=sum(h.parsing for h in stats),
                 bytes=self._bytes,
                 taken_at=self.clock(),
             )
 
     def set_stop_reason(self, host: str, reason: str) -> None:
-        with self._lock:
+        with self._atomic() as db:
             data = self._hosts.get(host)
             if data is None or (data.stop_reason and data.finished_at):
                 return
             data.stop_reason = reason
             data.finished_at = self.clock()
-            db = self.db
-            db.execute("BEGIN")
             self._save_host(data)
-            db.execute("COMMIT")
-            self._notify()
 
     def iter_pages(self, host: str) -> Iterator[PageData]:
         last = 0
