@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return stop_command(args.config)
         if args.command == "status":
             return status_command(args.config, as_json=args.json)
-        return crawl_command(args.config, fresh=args.fresh)
+        return crawl_command(args.config, fresh=args.fresh, tui=False if args.no_tui else None)
     except ConfigError as exc:
         print(f"rccrawler: bad config: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -86,43 +86,82 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-def crawl_command(config: str, *, fresh: bool) -> int:
+def crawl_command(config: str, *, fresh: bool, tui: bool | None = None) -> int:
     from rccrawler.manager import load_settings
 
     manager_cls, settings = load_settings(config)
     if fresh:
         manager_cls.fresh(settings)
     manager = manager_cls(settings)
-    return run_manager(manager)
+    return run_manager(manager, tui=tui)
 
 
-def run_manager(manager: ApplicationManager, *, summary: bool = True) -> int:
-    """Run a crawl; the first SIGINT/SIGTERM stops it cleanly, a second at once."""
+def run_manager(
+    manager: ApplicationManager, *, summary: bool = True, tui: bool | None = None
+) -> int:
+    """Run a crawl; the first SIGINT/SIGTERM stops it cleanly, a second at once.
+
+    Args:
+        manager: the crawl to run.
+        summary: print the report at the end.
+        tui: show the live status view; None means "when stdout is a terminal".
+    """
+    if tui is None:
+        tui = sys.stdout.isatty()
+    view = None
+    if tui:
+        from rccrawler.ui.status import StatusView
+
+        view = StatusView.for_manager(manager)
+        manager.view = view
     interrupts = 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal interrupts
         interrupts += 1
         if interrupts > 1:
+            if view is not None:
+                view.abort()
             # Every committed call is on disk (WAL); the running pages are re-queued on resume.
             os._exit(130)
         manager.request_stop(f"stopped by {signal.Signals(signum).name}")
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if view is not None:
+            view.start()
         finished = manager.run()
     finally:
+        # The live view ends first, so that what follows prints below its last frame.
+        if view is not None:
+            view.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if not finished:
         print(RESUME_MESSAGE)
         return EXIT_OK
     if summary:
-        print_summary(manager, manager.report)
+        print_summary(manager, manager.report, tui=tui)
     return EXIT_OK
 
 
-def print_summary(manager: ApplicationManager, report: dict[str, object]) -> None:
+def print_summary(
+    manager: ApplicationManager, report: dict[str, object], *, tui: bool | None = None
+) -> None:
+    """The report at the end of a crawl: a table on a terminal, one line per site otherwise.
+
+    Args:
+        manager: the finished crawl.
+        report: what build_report() returned (also in report.json).
+        tui: print the rich table; None means "when stdout is a terminal".
+    """
+    if tui is None:
+        tui = sys.stdout.isatty()
+    if tui:
+        from rccrawler.ui.status import print_report
+
+        print_report(report, manager.settings.output_dir)
+        return
     sites = report.get("sites", {})
     assert isinstance(sites, dict)
     for host, site in sites.items():
@@ -148,30 +187,32 @@ def stop_command(config: str) -> int:
 
 def status_command(config: str, *, as_json: bool) -> int:
     from rccrawler.data.sqlite import SQLiteDataManager
-    from rccrawler.manager import STATE_FILE, load_settings
+    from rccrawler.manager import STATE_FILE, load_settings, state_in_use
 
     _cls, settings = load_settings(config)
     path = settings.state_dir / STATE_FILE
     if not path.exists():
         print(f"no saved crawl in {settings.state_dir}")
         return EXIT_FAILED
-    data = SQLiteDataManager(path)
+    running = state_in_use(settings.state_dir)
+    data = SQLiteDataManager(path, read_only=True)
     data.open()
     try:
         stats = data.statistics()
     finally:
         data.close()
+    unfinished = "running" if running else "stopped (run the crawl again to resume)"
     rows = [
         {
             "host": h.host, "done": h.done, "waiting": h.waiting,
             "running": h.running + h.downloaded,
             "errors": h.errors, "duplicates": h.duplicates, "skipped": h.skipped,
-            "stop_reason": h.stop_reason,
+            "stop_reason": h.stop_reason or unfinished,
         }
         for h in stats.hosts
     ]  # fmt: skip
     if as_json:
-        print(json.dumps({"sites": rows, "pages_done": stats.pages_done}))
+        print(json.dumps({"running": running, "sites": rows, "pages_done": stats.pages_done}))
         return EXIT_OK
     print(
         f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'errors':>7} {'dups':>6}"

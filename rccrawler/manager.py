@@ -36,6 +36,20 @@ STOP_FILE = "stop.request"
 COOKIE_FILE = "cookies.txt"
 
 
+def state_in_use(state_dir: Path) -> bool:
+    """Whether a crawl process holds the lock of this state directory right now."""
+    try:
+        with open(state_dir / LOCK_FILE, encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
 def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]:
     """Read and validate settings.yaml, resolving every dotted path (SPEC §2).
 
@@ -71,6 +85,8 @@ class ApplicationManager:
     unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (ReportUnloader,)
     settings_sections: ClassVar[tuple[str, ...]] = ()
     """Extra top-level settings keys this task reads (validated by check_settings)."""
+    cookie_save_interval: ClassVar[float] = 1.0
+    """Seconds at least between two saves of the cookie jar during a crawl."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -105,7 +121,12 @@ class ApplicationManager:
         self.data: DataManager = self.create_data_manager()
         self.finisher = self.finisher_cls(self)
         self.cookie_jar = LWPCookieJar(str(self.state_dir / COOKIE_FILE))
-        self.fetcher = Fetcher(settings.crawl, self.cookie_jar)
+        self._cookie_save_lock = threading.Lock()
+        self._cookies_saved_at = 0.0
+        self._cookie_timer: threading.Timer | None = None
+        self.fetcher = Fetcher(
+            settings.crawl, self.cookie_jar, on_cookies_changed=self.cookies_changed
+        )
 
     @staticmethod
     def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:
@@ -158,7 +179,8 @@ class ApplicationManager:
     @staticmethod
     def discard_state(state_dir: Path) -> None:
         """Remove a saved crawl (``--fresh``)."""
-        for name in (STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm", COOKIE_FILE, STOP_FILE):
+        for name in (STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm", COOKIE_FILE,
+                     f"{COOKIE_FILE}.tmp", STOP_FILE):  # fmt: skip
             (state_dir / name).unlink(missing_ok=True)
 
     def lock_state(self) -> None:
@@ -230,12 +252,37 @@ class ApplicationManager:
             except OSError as exc:
                 logger.warning("cookies of the last run could not be read: %s", exc)
 
+    def cookies_changed(self) -> None:
+        """A response set or removed cookies: save the jar now, or ``cookie_save_interval``
+        after the last save, so a killed crawl keeps them without a write per response."""
+        with self._cookie_save_lock:
+            if self._cookie_timer is not None:
+                return  # the save already scheduled will include this change
+            wait = self._cookies_saved_at + self.cookie_save_interval - time.monotonic()
+            if wait > 0:
+                self._cookie_timer = threading.Timer(wait, self.save_cookies)
+                self._cookie_timer.daemon = True
+                self._cookie_timer.start()
+                return
+        self.save_cookies()
+
     def save_cookies(self) -> None:
-        if self.settings.crawl.cookies:
-            try:
-                self.cookie_jar.save(ignore_discard=True, ignore_expires=False)
-            except OSError as exc:
-                logger.warning("cookies could not be saved: %s", exc)
+        """Write the jar to ``state_dir/cookies.txt`` whole: a temporary file, then a rename."""
+        if not self.settings.crawl.cookies:
+            return
+        with self._cookie_save_lock:
+            timer, self._cookie_timer = self._cookie_timer, None
+            self._cookies_saved_at = time.monotonic()
+        if timer is not None:
+            timer.cancel()  # this save supersedes it
+        path = self.state_dir / COOKIE_FILE
+        try:
+            # The fetcher's lock keeps the jar still while it is written out.
+            with self.fetcher.cookie_lock:
+                self.cookie_jar.save(str(path) + ".tmp", ignore_discard=True, ignore_expires=False)
+                os.replace(str(path) + ".tmp", path)
+        except OSError as exc:
+            logger.warning("cookies could not be saved: %s", exc)
 
     # -- running -----------------------------------------------------------
     def create_threads(self) -> list[CrawlerThread]:

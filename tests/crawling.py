@@ -60,6 +60,7 @@ class CrawlRunner:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.count = 0
+        root.mkdir(parents=True, exist_ok=True)
 
     def settings_file(self, sites: list[str], resolve: dict[str, str], **options: Any) -> Path:
         self.count += 1

@@ -120,6 +120,8 @@ def _host_to_json(host: HostData) -> str:
 def _host_from_json(text: str) -> HostData:
     raw = json.loads(text)
     raw["robots_state"] = RobotsState(raw.get("robots_state", "pending"))
+    # A state saved before auto-throttle existed: its delay was the floor.
+    raw.setdefault("min_crawl_delay", raw.get("crawl_delay", 0.0))
     known = set(HostData.__slots__)
     return HostData(**{k: v for k, v in raw.items() if k in known})
 
@@ -168,6 +170,10 @@ class SQLiteDataManager(DataManager):
         max_pages: per-site budget of pages (0 = none), enforced when links are added.
         max_download_attempts: attempts before a retryable error is final.
         max_redirects: hops before a redirect chain is an error.
+        synchronous: SQLite's ``synchronous`` pragma. NORMAL (with WAL) survives a
+            killed process; FULL also survives a power cut, at an fsync per call.
+        read_only: only read (``rccrawler status`` beside a running crawl): no schema
+            changes, no checkpoint on close.
         clock: wall-clock time source (tests may pass their own).
     """
 
@@ -178,6 +184,8 @@ class SQLiteDataManager(DataManager):
         max_pages: int = 0,
         max_download_attempts: int = 3,
         max_redirects: int = 10,
+        synchronous: str = "NORMAL",
+        read_only: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
@@ -185,6 +193,10 @@ class SQLiteDataManager(DataManager):
         self.max_download_attempts = max_download_attempts
         self.max_redirects = max_redirects
         self.clock = clock
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"bad synchronous mode {synchronous!r}")
+        self.synchronous = synchronous.upper()
+        self.read_only = read_only
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._due_in = 0.0
@@ -207,8 +219,13 @@ class SQLiteDataManager(DataManager):
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the state database {self.path}: {exc}") from exc
         try:
+            if self.read_only:
+                db.execute("PRAGMA query_only=1")
+                self._db = db
+                self._load_memory()
+                return
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA cache_size=-16000")
             db.execute("PRAGMA temp_store=MEMORY")
             db.executescript(_SCHEMA)
@@ -223,6 +240,8 @@ class SQLiteDataManager(DataManager):
             if self._db is not None:
                 # A failed checkpoint is harmless: the next open replays the WAL.
                 with contextlib.suppress(sqlite3.Error):
+                    if self.read_only:
+                        raise sqlite3.Error("no checkpoint from a reader")
                     self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 self._db.close()
                 self._db = None
@@ -351,16 +370,21 @@ class SQLiteDataManager(DataManager):
         )
 
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
-        with self._atomic() as db:
+        with self._atomic():
             if host.host in self._hosts:
                 known = self._hosts[host.host]
                 # Settings may change between runs; politeness follows the newest.
                 known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
+                known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
                 known.max_downloads_at_time = host.max_downloads_at_time
                 known.max_crawl_level = host.max_crawl_level
                 self._save_host(known)
                 return False
-            host = replace(host, started_at=self.clock())
+            host = replace(
+                host,
+                started_at=self.clock(),
+                min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
+            )
             self._hosts[host.host] = host
             self._save_host(host)
             self._insert_pages(
@@ -390,7 +414,7 @@ class SQLiteDataManager(DataManager):
         return ids
 
     def take_robots(self) -> HostData | None:
-        with self._atomic() as db:
+        with self._lock:  # memory only: nothing to commit
             now = self.clock()
             for host in self._hosts.values():
                 if host.robots_state is RobotsState.PENDING and host.next_fetch_at <= now:
@@ -402,13 +426,14 @@ class SQLiteDataManager(DataManager):
     def store_robots(
         self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
     ) -> None:
-        with self._atomic() as db:
+        with self._atomic():
             data = self._hosts[host]
             data.robots_state = RobotsState.READY
             data.robots_status = status
             data.robots_text = text
-            if crawl_delay is not None and crawl_delay > data.crawl_delay:
-                data.crawl_delay = crawl_delay
+            if crawl_delay is not None and crawl_delay > data.min_crawl_delay:
+                data.min_crawl_delay = crawl_delay
+                data.crawl_delay = max(data.crawl_delay, crawl_delay)
             data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
             if blocked:
                 data.stop_reason = (
@@ -448,7 +473,7 @@ class SQLiteDataManager(DataManager):
         self._changed.notify_all()
 
     def take_for_download(self) -> PageData | None:
-        with self._atomic() as db:
+        with self._atomic():
             now = self.clock()
             hosts = list(self._hosts.values())
             self._due_in = 1.0
@@ -534,6 +559,11 @@ class SQLiteDataManager(DataManager):
             if result.retry_after is not None:
                 host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
                 self._save_host(host)
+            if result.throttle and result.status is not None:
+                delay = _throttled_delay(host, result.elapsed, ok=result.status == 200)
+                if delay != host.crawl_delay:
+                    host.crawl_delay = delay
+                    self._save_host(host)
             if (
                 result.error
                 or (result.status is not None and result.status >= 500)
@@ -619,7 +649,11 @@ class SQLiteDataManager(DataManager):
                     (skip.value, "\n".join([*chain, target_url]), page_id),
                 )
                 self._finish(page, counters, PageState.SKIPPED)
-            elif target_url in chain or page.redirect_hops + 1 > self.max_redirects:
+            elif (
+                target_url in chain
+                or page.redirect_hops + 1 > self.max_redirects
+                or self._redirects_back_to(target_normalized, page_id)
+            ):
                 code = SkipReason.REDIRECT_LOOP.value
                 db.execute(
                     "UPDATE pages SET state = 'error', error_code = ?, redirect_target = ?, "
@@ -655,6 +689,25 @@ class SQLiteDataManager(DataManager):
                     )  # fmt: skip
                     counters.move(PageState.RUNNING, PageState.WAITING)
                     counters.levels[page.level] -= 1
+
+    def _redirects_back_to(self, normalized_url: str, page_id: PageId) -> bool:
+        """Whether ``normalized_url`` is a page that already stands for ``page_id``
+        (a redirect alias of it, maybe through other aliases): A → B → A across two
+        pages is a loop too, not two aliases of each other."""
+        row = self.db.execute(
+            "SELECT page_id FROM urls WHERE normalized_url = ?", (normalized_url,)
+        ).fetchone()
+        if row is None or row[0] == page_id:
+            return False  # a new URL, or another spelling of this very page
+        current = row[0]
+        for _ in range(self.max_redirects + 1):
+            found = self.db.execute("SELECT replace_id FROM pages WHERE id = ?", (current,))
+            current = (found.fetchone() or (None,))[0]
+            if current is None:
+                return False
+            if current == page_id:
+                return True
+        return False
 
     def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
         with self._atomic() as db:
@@ -777,7 +830,7 @@ class SQLiteDataManager(DataManager):
             )
 
     def set_stop_reason(self, host: str, reason: str) -> None:
-        with self._atomic() as db:
+        with self._atomic():
             data = self._hosts.get(host)
             if data is None or (data.stop_reason and data.finished_at):
                 return
@@ -847,6 +900,29 @@ class SQLiteDataManager(DataManager):
                 return
             yield from rows
             last = rows[-1][0]
+
+
+AUTO_THROTTLE_TARGET_CONCURRENCY = 1.0
+"""Requests a host should have in flight on average under ``crawl.auto_throttle``."""
+AUTO_THROTTLE_MAX_DELAY = 60.0
+"""The longest delay auto-throttle sets (a slower robots Crawl-delay still wins)."""
+
+
+def _throttled_delay(host: HostData, latency: float, *, ok: bool) -> float:
+    """The host's next crawl delay under ``crawl.auto_throttle`` (Scrapy's AutoThrottle).
+
+    A server that needs ``latency`` seconds per answer gets one request every
+    ``latency / concurrency`` seconds: the delay moves halfway there, or all the way
+    up when the server got slower. An error answer never lowers it (error pages are
+    small and fast, and say nothing about load). Never below ``min_crawl_delay``.
+    """
+    target = latency / AUTO_THROTTLE_TARGET_CONCURRENCY
+    delay = max(target, (host.crawl_delay + target) / 2)
+    ceiling = max(AUTO_THROTTLE_MAX_DELAY, host.min_crawl_delay)
+    delay = min(max(host.min_crawl_delay, delay), ceiling)
+    if not ok and delay < host.crawl_delay:
+        return host.crawl_delay
+    return delay
 
 
 def _is_html(content_type: str) -> bool:

@@ -1,0 +1,32 @@
+"""Crawl tasks used by the tests, named by dotted path like a user's own (Scrapy's tests/spiders.py)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from plugins.webgraph import WebGraphManager
+from rccrawler import ParsingThread, ResultUnloader
+from rccrawler.unloaders import atomic_write
+
+
+class TitleParsingThread(ParsingThread):
+    """Keeps nothing itself: asks for the full parse so titles exist."""
+
+    full_parse = True
+
+
+class TitlesUnloader(ResultUnloader):
+    """Writes the node URLs, one a line, to show a task's own unloader runs."""
+
+    def unload(self):
+        path = self.output_dir / "titles.txt"
+        with atomic_write(path) as handle:
+            for host in self.data.hosts():
+                for page in self.data.iter_pages(host.host):
+                    handle.write(f"{page.normalized_url}\n")
+        return [path]
+
+
+class TitleGraphManager(WebGraphManager):
+    parsing_thread_cls = TitleParsingThread
+    unloader_classes: ClassVar = (*WebGraphManager.unloader_classes, TitlesUnloader)

@@ -1,0 +1,266 @@
+"""Stop, resume and crash safety (issue 3): the fixture server's log proves what was fetched twice."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from crawling import CrawlRunner
+
+from rccrawler.sample_sites import generated_site
+
+TESTS = Path(__file__).parent
+FINISHED = ("done", "error", "skipped", "downloaded", "parsing")
+"""States whose download is safely on disk (a downloaded body waits there for parsing)."""
+
+
+def spawn(config: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    return subprocess.Popen(
+        [sys.executable, "-m", "rccrawler", *args, "--config", str(config), "--no-tui", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+
+def run(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    proc = spawn(config, *args)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def kill9(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL, then reap the process and close its pipes."""
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=10)
+
+
+def wait_for_hits(server, count: int, proc: subprocess.Popen[str], limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while len(server.hits) < count:
+        if proc.poll() is not None:
+            raise AssertionError(f"the crawl ended early: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"only {len(server.hits)} requests"
+        time.sleep(0.002)
+
+
+def page_states(state_dir: Path) -> dict[str, str]:
+    """Request path -> state of every page, read straight from the state file."""
+    with contextlib.closing(sqlite3.connect(state_dir / "crawl.sqlite3")) as db:
+        rows = db.execute("SELECT url, state FROM pages").fetchall()
+    return {urlsplit(url).path: state for url, state in rows}
+
+
+def graph_by_url(result) -> tuple[set[str], set[tuple[str, str]]]:
+    graph = result.graph("a.test")
+    url_of = {int(n["id"]): n["url"] for n in graph.nodes}
+    return graph.urls, {(url_of[f], url_of[t]) for f, t in graph.arcs}
+
+
+def read_graph(output: Path) -> tuple[set[str], set[tuple[str, str]]]:
+    from crawling import CrawlResult
+
+    result = CrawlResult(True, output, {}, None)  # type: ignore[arg-type]
+    return graph_by_url(result)
+
+
+@pytest.fixture
+def site():
+    return generated_site("a.test", 2000, fanout=8)
+
+
+@pytest.fixture
+def small_site():
+    return generated_site("a.test", 800, fanout=8)
+
+
+def test_sigkill_at_five_moments_loses_and_repeats_nothing_but_in_flight_pages(
+    serve, tmp_path, site
+):
+    # One uninterrupted crawl is the reference.
+    reference_server = serve({"a.test": site})
+    reference = CrawlRunner(tmp_path / "reference").run(["a.test"], reference_server.resolve)
+    expected = graph_by_url(reference)
+    assert len(expected[0]) == 2000
+
+    server = serve({"a.test": site})
+    runner = CrawlRunner(tmp_path / "killed")
+    config = runner.settings_file(["a.test"], server.resolve, crawl={"max_downloads_at_time": 4})
+    state_dir = tmp_path / "killed" / "state"
+    in_flight_at_kills: set[str] = set()
+    for threshold in (30, 400, 800, 1200, 1700):
+        proc = spawn(config)
+        wait_for_hits(server, threshold, proc)
+        kill9(proc)
+        seen = len(server.hits)
+        states = page_states(state_dir)
+        finished = {path for path, state in states.items() if state in FINISHED}
+        in_flight_at_kills |= {path for path, state in states.items() if state == "running"}
+        # What the next run requests must not include anything finished before the kill.
+        proc = spawn(config)
+        wait_for_hits(server, seen + 1, proc)
+        kill9(proc)
+        in_flight_at_kills |= {
+            p for p, state in page_states(state_dir).items() if state == "running"
+        }
+        again = [hit.path for hit in server.hits[seen:]]
+        assert not finished & set(again), sorted(finished & set(again))[:5]
+    final = run(config)
+    assert final.returncode == 0, final.stderr
+    counts = Counter(hit.path for hit in server.hits if hit.path != "/robots.txt")
+    twice = {path for path, n in counts.items() if n > 1}
+    assert twice <= in_flight_at_kills
+    assert set(counts) == {urlsplit(url).path for url in expected[0]}
+    assert read_graph(tmp_path / "killed" / "output") == expected
+
+
+def test_sigterm_stops_cleanly_and_resume_repeats_nothing(serve, tmp_path, small_site):
+    server = serve({"a.test": small_site})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve)
+    proc = spawn(config)
+    wait_for_hits(server, 200, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip().splitlines()[-1] == "stopped: run the same command to resume"
+    states = page_states(tmp_path / "state")
+    assert "running" not in states.values() and "parsing" not in states.values()
+    assert not (tmp_path / "output" / "report.json").exists()
+    stopped_at = len(server.hits)
+    assert stopped_at < 700
+    final = run(config)
+    assert final.returncode == 0, final.stderr
+    counts = Counter(hit.path for hit in server.hits)
+    assert counts.most_common(1)[0][1] == 1, "a page was requested twice"
+    assert len(read_graph(tmp_path / "output")[0]) == 800
+
+
+def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_site):
+    server = serve({"a.test": small_site})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve)
+    proc = spawn(config)
+    wait_for_hits(server, 150, proc)
+    running = json.loads(run(config, "status", "--json").stdout)
+    assert running["running"] is True
+    assert running["sites"][0]["stop_reason"] == "running"
+    stop = run(config, "stop")
+    assert stop.returncode == 0
+    out, _err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "stopped: run the same command to resume" in out
+    stopped = json.loads(run(config, "status", "--json").stdout)
+    site_status = stopped["sites"][0]
+    assert stopped["running"] is False
+    assert site_status["stop_reason"].startswith("stopped")
+    assert 0 < site_status["done"] < 800 and site_status["waiting"] > 0
+    assert run(config).returncode == 0
+    final = json.loads(run(config, "status", "--json").stdout)["sites"][0]
+    nodes = read_graph(tmp_path / "output")[0]
+    report = json.loads((tmp_path / "output" / "report.json").read_text())["sites"]["a.test"]
+    assert final["done"] == len(nodes) == report["pages_done"] == 800
+    assert final["errors"] == report["errors"] and final["waiting"] == 0
+    assert final["stop_reason"] == report["stop_reason"] == "no waiting links left"
+    human = run(config, "status")
+    assert "a.test" in human.stdout and "800" in human.stdout
+
+
+def test_a_second_process_on_the_same_state_refuses(serve, tmp_path):
+    site = generated_site("a.test", 60, fanout=4)
+    server = serve({"a.test": site})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 20})
+    first = spawn(config)
+    wait_for_hits(server, 5, first)
+    second = run(config)
+    assert second.returncode == 2
+    assert "in use by pid" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert len(read_graph(tmp_path / "output")[0]) == 60
+    assert Counter(hit.path for hit in server.hits).most_common(1)[0][1] == 1
+
+
+def stopped_crawl(serve, tmp_path) -> tuple[Path, list[str]]:
+    """A crawl stopped half-way, and a dump of its state to compare with later."""
+    server = serve({"a.test": generated_site("a.test", 400, fanout=4)})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve)
+    proc = spawn(config)
+    wait_for_hits(server, 50, proc)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    return config, dump(tmp_path / "state")
+
+
+def dump(state_dir: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(state_dir / "crawl.sqlite3")) as db:
+        return list(db.iterdump())
+
+
+def test_a_state_of_another_schema_version_is_refused(serve, tmp_path):
+    config, _ = stopped_crawl(serve, tmp_path)
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / "crawl.sqlite3")) as db:
+        db.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'")
+        db.commit()
+    before = dump(tmp_path / "state")
+    result = run(config)
+    assert result.returncode == 2
+    assert "schema version 999" in result.stderr and "--fresh" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert dump(tmp_path / "state") == before
+
+
+def test_a_state_of_another_manager_is_refused(serve, tmp_path):
+    config, before = stopped_crawl(serve, tmp_path)
+    text = config.read_text() + "manager: taskplugins.TitleGraphManager\n"
+    other = config.with_name("other.yaml")
+    other.write_text(text)
+    result = run(other)
+    assert result.returncode == 2
+    assert "belongs to manager 'plugins.webgraph.manager.WebGraphManager'" in result.stderr
+    assert "--fresh" in result.stderr
+    assert dump(tmp_path / "state") == before
+    # --fresh starts over with the other manager.
+    fresh = run(other, "--fresh")
+    assert fresh.returncode == 0, fresh.stderr
+    assert (tmp_path / "output" / "titles.txt").exists()
+
+
+def test_adding_a_site_and_resuming_crawls_it_too(serve, tmp_path):
+    server = serve({"a.test": generated_site("a.test", 30, fanout=4),
+                    "b.test": generated_site("b.test", 20, fanout=4)})  # fmt: skip
+    runner = CrawlRunner(tmp_path)
+    first = runner.settings_file(["a.test"], server.resolve)
+    assert run(first).returncode == 0
+    second = runner.settings_file(["a.test", "b.test"], server.resolve)
+    assert run(second).returncode == 0
+    assert len(read_graph(tmp_path / "output")[0]) == 30
+    assert Counter(h.path for h in server.hits_for("a.test")).most_common(1)[0][1] == 1
+    assert len(server.hits_for("b.test")) == 21  # its pages and robots.txt
+
+
+def test_an_unwritable_state_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], {}, state_dir=str(blocker / "state"))
+    result = run(config)
+    assert result.returncode == 2
+    assert "cannot write the state directory" in result.stderr
+    assert "Traceback" not in result.stderr
