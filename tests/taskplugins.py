@@ -1,4 +1,4 @@
-"""Crawl tasks used by the tests, named by dotted path like a user's own (Scrapy's tests/spiders.py)."""
+"""Crawl tasks the tests name by dotted path, like a user's own (as Scrapy's tests/spiders.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stop, resume and crash safety (issue 3): the fixture server's log proves what was fetched twice."""
+"""Stop, resume and crash safety: the fixture server's log proves what was fetched twice."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_a_second_process_on_the_same_state_refuses(serve, tmp_path):
     second = run(config)
     assert second.returncode == 2
     assert "in use by pid" in second.stderr and len(second.stderr.strip().splitlines()) == 1
-    out, err = first.communicate(timeout=60)
+    _out, err = first.communicate(timeout=60)
     assert first.returncode == 0, err
     assert len(read_graph(tmp_path / "output")[0]) == 60
     assert Counter(hit.path for hit in server.hits).most_common(1)[0][1] == 1
