@@ -301,6 +301,10 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.connection_timeout)
+        # Headers and body leave in two writes; without NODELAY, Nagle and the
+        # client's delayed ACK stall every keep-alive answer by ~40 ms.
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def do_GET(self) -> None:
         self._answer(send_body=True)

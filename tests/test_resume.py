@@ -152,7 +152,8 @@ def test_sigterm_stops_cleanly_and_resume_repeats_nothing(serve, tmp_path, small
 def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_site):
     server = serve({"a.test": small_site})
     runner = CrawlRunner(tmp_path)
-    config = runner.settings_file(["a.test"], server.resolve)
+    # A small delay keeps the crawl running while `status` and `stop` start up.
+    config = runner.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 5})
     proc = spawn(config)
     wait_for_hits(server, 150, proc)
     running = json.loads(run(config, "status", "--json").stdout)

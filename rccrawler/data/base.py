@@ -129,11 +129,11 @@ class DataManager(ABC):
         """Queue the new internal links, add arcs, record skipped links, end the page."""
 
     # -- waiting ---------------------------------------------------------------
-    def wait_for_work(self, timeout: float) -> None:
-        """Block until another thread stores something, a host becomes due, or ``timeout``.
+    def wait_for_work(self, timeout: float, kind: str = "") -> None:
+        """Block until there may be work of ``kind`` (``download`` or ``parse``), or ``timeout``.
 
-        Idle threads call this instead of sleeping, so new work is picked up at once.
-        The default just waits out the timeout.
+        Idle threads call this instead of sleeping, so new work is picked up at
+        once. The default just waits out the timeout.
         """
         threading.Event().wait(timeout)
 

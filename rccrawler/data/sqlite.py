@@ -59,7 +59,7 @@ CREATE TABLE IF NOT EXISTS pages (
 );
 CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
 CREATE INDEX IF NOT EXISTS pages_parse ON pages (state, level, id);
-CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash) WHERE content_hash != '';
+CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
 CREATE TABLE IF NOT EXISTS urls (
     normalized_url TEXT PRIMARY KEY, page_id INTEGER NOT NULL
 ) WITHOUT ROWID;
@@ -198,7 +198,13 @@ class SQLiteDataManager(DataManager):
         self.synchronous = synchronous.upper()
         self.read_only = read_only
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        # Idle threads wait on these; a commit wakes as many as it made work for.
+        self._download_ready = threading.Condition(self._lock)
+        self._parse_ready = threading.Condition(self._lock)
+        self._wake_downloaders = 0
+        self._wake_parsers = 0
+        self._robots_pending = 0
+        """Hosts whose robots.txt is PENDING (read without the lock as a hint)."""
         self._due_in = 0.0
         """Seconds until the soonest host becomes due, as the last take saw it."""
         self._db: sqlite3.Connection | None = None
@@ -248,24 +254,34 @@ class SQLiteDataManager(DataManager):
 
     @contextlib.contextmanager
     def _atomic(self) -> Iterator[sqlite3.Connection]:
-        """The lock and one committed transaction around a public method's body.
+        """The lock and one committed transaction around a public method's body."""
+        with self._lock, self._transaction() as db:
+            yield db
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One committed transaction; the caller holds the lock.
 
         A failure rolls the transaction back, so the file stays consistent; a
         storage failure (disk full, I/O error, read-only) becomes a StateError.
         """
-        with self._lock:
-            db = self.db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-                db.execute("COMMIT")
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError):
-                    raise StateError(f"cannot write the crawl state {self.path}: {exc}") from exc
-                raise
-            self._changed.notify_all()
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StateError(f"cannot write the crawl state {self.path}: {exc}") from exc
+            raise
+        if self._wake_downloaders:
+            self._download_ready.notify(self._wake_downloaders)
+            self._wake_downloaders = 0
+        if self._wake_parsers:
+            self._parse_ready.notify(self._wake_parsers)
+            self._wake_parsers = 0
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -353,6 +369,7 @@ class SQLiteDataManager(DataManager):
                 "UPDATE pages SET state = 'downloaded' WHERE state = 'parsing'"
             ).rowcount
             self._load_memory()
+            self._wake_downloaders = self._wake_parsers = 1 << 16
             now = self.clock()
             for host in self._hosts.values():
                 if host.robots_state is RobotsState.FETCHING:
@@ -360,6 +377,7 @@ class SQLiteDataManager(DataManager):
                 # The last request before a crash may have been just now.
                 host.next_fetch_at = max(host.next_fetch_at, now + host.crawl_delay)
                 self._save_host(host)
+            self._count_robots()
             return moved
 
     # -- sites and robots ------------------------------------------------
@@ -390,6 +408,7 @@ class SQLiteDataManager(DataManager):
             self._insert_pages(
                 [(host.host, start_url, normalized_url, None, 0, "")], self._counters[host.host]
             )
+            self._count_robots()
             return True
 
     def _insert_pages(
@@ -411,17 +430,26 @@ class SQLiteDataManager(DataManager):
         )
         counters.admitted += len(rows)
         counters.by_state[PageState.WAITING] += len(rows)
+        self._wake_downloaders += len(rows)
         return ids
 
     def take_robots(self) -> HostData | None:
+        if not self._robots_pending:
+            return None  # every downloader asks on every step: skip the lock
         with self._lock:  # memory only: nothing to commit
             now = self.clock()
             for host in self._hosts.values():
                 if host.robots_state is RobotsState.PENDING and host.next_fetch_at <= now:
                     host.robots_state = RobotsState.FETCHING
                     host.next_fetch_at = now + host.crawl_delay
+                    self._count_robots()
                     return replace(host)
             return None
+
+    def _count_robots(self) -> None:
+        self._robots_pending = sum(
+            1 for host in self._hosts.values() if host.robots_state is RobotsState.PENDING
+        )
 
     def store_robots(
         self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
@@ -435,6 +463,7 @@ class SQLiteDataManager(DataManager):
                 data.min_crawl_delay = crawl_delay
                 data.crawl_delay = max(data.crawl_delay, crawl_delay)
             data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
+            self._wake_downloaders = 1 << 16  # the host's pages may be taken now
             if blocked:
                 data.stop_reason = (
                     f"robots.txt unavailable (HTTP {status})"
@@ -464,16 +493,20 @@ class SQLiteDataManager(DataManager):
             return replace(data) if data is not None else None
 
     # -- downloading -----------------------------------------------------
-    def wait_for_work(self, timeout: float) -> None:
-        with self._changed:
-            self._changed.wait(min(timeout, max(0.001, self._due_in)))
+    def wait_for_work(self, timeout: float, kind: str = "") -> None:
+        if kind == "parse":
+            with self._parse_ready:
+                self._parse_ready.wait(timeout)
+        elif kind == "download":
+            with self._download_ready:
+                self._download_ready.wait(min(timeout, max(0.001, self._due_in)))
+        else:
+            super().wait_for_work(timeout, kind)
 
-    def _notify(self) -> None:
-        """Wake idle threads: something was stored (call with the lock held)."""
-        self._changed.notify_all()
 
     def take_for_download(self) -> PageData | None:
-        with self._atomic():
+        # Finding nothing is the common case for idle threads: only a lease opens a transaction.
+        with self._lock:
             now = self.clock()
             hosts = list(self._hosts.values())
             self._due_in = 1.0
@@ -506,7 +539,8 @@ class SQLiteDataManager(DataManager):
                 busy_levels = [level for level, n in counters.levels.items() if n > 0]
                 if busy_levels and page.level > min(busy_levels) + 1:
                     continue
-                self.db.execute("UPDATE pages SET state = 'running' WHERE id = ?", (page.id,))
+                with self._transaction() as db:
+                    db.execute("UPDATE pages SET state = 'running' WHERE id = ?", (page.id,))
                 counters.move(PageState.WAITING, PageState.RUNNING)
                 counters.levels[page.level] += 1
                 host.in_flight += 1
@@ -516,6 +550,9 @@ class SQLiteDataManager(DataManager):
             return None
 
     def mark_request_sent(self, host: str) -> None:
+        known = self._hosts.get(host)
+        if known is not None and known.crawl_delay <= 0:
+            return  # no delay to count from: skip the lock (a hint read, like take_robots)
         with self._lock:
             data = self._hosts.get(host)
             if data is not None:
@@ -525,6 +562,7 @@ class SQLiteDataManager(DataManager):
         """Give back a download lease (in-flight slot of the host)."""
         host = self._hosts[page.host]
         host.in_flight = max(0, host.in_flight - 1)
+        self._wake_downloaders += 1  # a slot of the host is free again
 
     def _finish(
         self, page: PageData, counters: _HostCounters, state: PageState, error: str = ""
@@ -633,6 +671,7 @@ class SQLiteDataManager(DataManager):
                     (page_id, result.body),
                 )
                 counters.move(PageState.RUNNING, PageState.DOWNLOADED)
+                self._wake_parsers += 1
 
     def store_redirect(
         self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
@@ -723,6 +762,9 @@ class SQLiteDataManager(DataManager):
 
     # -- parsing ---------------------------------------------------------
     def take_for_parsing(self) -> tuple[PageData, bytes] | None:
+        with contextlib.suppress(RuntimeError):  # a host added meanwhile: ask under the lock
+            if not any(c.by_state[PageState.DOWNLOADED] > 0 for c in self._counters.values()):
+                return None  # a hint read without the lock; store_download wakes the parsers
         with self._atomic() as db:
             row = db.execute(
                 f"SELECT {_PAGE_COLUMNS} FROM pages WHERE state = 'downloaded' "

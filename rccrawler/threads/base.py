@@ -26,6 +26,8 @@ class CrawlerThread(threading.Thread):
 
     idle_wait: ClassVar[float] = 0.05
     """Seconds to wait when step() found nothing to do."""
+    work_kind: ClassVar[str] = "download"
+    """What an idle thread waits for in DataManager.wait_for_work()."""
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(name=f"{type(self).__name__}-{index}", daemon=True)
@@ -41,7 +43,7 @@ class CrawlerThread(threading.Thread):
         try:
             while not self.stopping.is_set():
                 if not self.step():
-                    self.data.wait_for_work(self.idle_wait)
+                    self.data.wait_for_work(self.idle_wait, self.work_kind)
         except BaseException as exc:
             self.error = exc
             logger.exception("%s crashed; stopping the crawl", self.name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 class ParsingThread(CrawlerThread):
     """Turns a page body into links (SPEC §5.2–§5.3); subclasses add work in process_page()."""
 
+    work_kind: ClassVar[str] = "parse"
     full_parse: bool = False
     """Whether parse_html() extracts text fields too (a search index needs them)."""
 
@@ -27,7 +28,7 @@ class ParsingThread(CrawlerThread):
         self.options = NormalizeOptions(
             add_trailing_slash=crawl.add_trailing_slash, ip_to_domain=crawl.ip_to_domain
         )
-        self._robots: dict[str, tuple[str, RobotsRules]] = {}
+        self._robots: dict[str, RobotsRules] = {}
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -54,15 +55,17 @@ class ParsingThread(CrawlerThread):
         """Hook for crawl tasks (e.g. indexing). No-op by default."""
 
     def robots_for(self, host: str) -> RobotsRules:
-        if not self.crawl.obey_robots:
-            return RobotsRules.allow_all()
-        data = self.data.host(host)
-        text = data.robots_text if data is not None else ""
-        cached = self._robots.get(host)
-        if cached is None or cached[0] != text:
-            cached = (text, RobotsRules.parse(text, self.crawl.user_agent))
-            self._robots[host] = cached
-        return cached[1]
+        """The host's rules; a page is parsed only after its host's robots.txt was
+        stored, and it is stored once a run, so the first answer holds."""
+        rules = self._robots.get(host)
+        if rules is None:
+            if not self.crawl.obey_robots:
+                rules = RobotsRules.allow_all()
+            else:
+                data = self.data.host(host)
+                rules = RobotsRules.parse(data.robots_text if data else "", self.crawl.user_agent)
+            self._robots[host] = rules
+        return rules
 
     def classify_links(
         self, page: PageData, parsed: ParsedPage
