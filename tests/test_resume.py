@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 from crawling import CrawlRunner
 
+from rccrawler.loopback import Resource
 from rccrawler.sample_sites import generated_site
 
 TESTS = Path(__file__).parent
@@ -265,3 +266,59 @@ def test_an_unwritable_state_dir_is_a_clear_error(tmp_path):
     assert result.returncode == 2
     assert "cannot write the state directory" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs, so the state can really run out of space (root only)."""
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_disk_is_a_clear_error_and_the_state_stays_consistent(serve, tmp_path, tiny_disk):
+    # Pages of ~20 KB each: their bodies wait in the state until parsed, so 1 MiB fills up.
+    pages = {f"/p{i}": Resource(b"<html>" + bytes([65 + i % 26]) * 20_000 + b"</html>")
+             for i in range(400)}  # fmt: skip
+    pages["/"] = Resource(("".join(f'<a href="/p{i}">{i}</a>' for i in range(400))).encode())
+    server = serve({"a.test": pages})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve, state_dir=str(tiny_disk / "state"),
+                                  threads={"downloading": 8, "parsing": 1})  # fmt: skip
+    result = run(config)
+    assert result.returncode == 2, result.stderr
+    assert "cannot write the crawl state" in result.stderr
+    assert "full" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    with contextlib.closing(sqlite3.connect(tiny_disk / "state" / "crawl.sqlite3")) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        done = db.execute("SELECT count(*) FROM pages WHERE state = 'done'").fetchone()[0]
+    assert done >= 1
+
+
+def test_a_second_interrupt_stops_at_once_and_the_state_still_resumes(serve, tmp_path):
+    # Slow answers keep downloads in flight, so the first SIGINT has to wait for them.
+    site = {path: Resource(res.body, delay=0.5)
+            for path, res in generated_site("a.test", 40, fanout=6).items()}  # fmt: skip
+    server = serve({"a.test": site})
+    runner = CrawlRunner(tmp_path)
+    config = runner.settings_file(["a.test"], server.resolve, crawl={"timeout_s": 30})
+    proc = spawn(config)
+    wait_for_hits(server, 4, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    final = run(config)
+    assert final.returncode == 0, final.stderr
+    assert len(read_graph(tmp_path / "output")[0]) == 40

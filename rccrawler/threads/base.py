@@ -6,6 +6,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, ClassVar
 
+from rccrawler.exceptions import StateError
+
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
 
@@ -44,6 +46,11 @@ class CrawlerThread(threading.Thread):
             while not self.stopping.is_set():
                 if not self.step():
                     self.data.wait_for_work(self.idle_wait, self.work_kind)
+        except StateError as exc:
+            # The state cannot be written (disk full...): the manager reports it, once.
+            self.error = exc
+            logger.debug("%s stopped: %s", self.name, exc)
+            self.stopping.set()
         except BaseException as exc:
             self.error = exc
             logger.exception("%s crashed; stopping the crawl", self.name)
