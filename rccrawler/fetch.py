@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import email.utils
 import logging
+import threading
 import time
 import urllib.request
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http.cookiejar import CookieJar
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
 from urllib3.exceptions import (
     ConnectTimeoutError,
     DecodeError,
     HTTPError,
+    InsecureRequestWarning,
     LocationParseError,
     NewConnectionError,
     ProtocolError,
@@ -72,20 +75,61 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - now)
 
 
+def referer_header(referer: str, url: str) -> str:
+    """The Referer to send when requesting ``url``, a link found on page ``referer``.
+
+    RFC 9110 §10.1.3: never the fragment or userinfo of the referring URL, and no
+    Referer at all on a plain-HTTP request made from a page that came over HTTPS.
+    """
+    if not referer:
+        return ""
+    parts = urlsplit(referer)
+    if parts.scheme.lower() == "https" and urlsplit(url).scheme.lower() != "https":
+        return ""
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
+
+
+def rfc6265_cookie_policy() -> DefaultCookiePolicy:
+    """The standard library's cookie rules, tightened where RFC 6265 is stricter.
+
+    http.cookiejar's default (Netscape) policy sends a cookie set without ``Domain``
+    to subdomains too; RFC 6265 §5.3 makes such a cookie host-only. Domain matching,
+    path matching, ``Secure`` and expiry (``Max-Age``, ``Expires``) are the jar's own.
+    """
+    return DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+
+
 class Fetcher:
     """Sends GET requests the way a polite robot must, for every DownloadingThread.
 
     It is a service like a connection pool (urllib3's PoolManager is
     thread-safe); threads exchange nothing through it.
 
+    With ``crawl.proxy`` every request goes through that HTTP forward proxy
+    (absolute-form GET for http, a CONNECT tunnel for https) and the proxy
+    resolves host names, so ``crawl.resolve`` does not apply.
+
     Args:
         settings: the ``crawl:`` section.
         cookie_jar: where cookies live (RFC 6265 rules are the jar's); None = no cookies.
+        on_cookies_changed: called (without locks held) after a response set or
+            removed cookies, so the owner can save the jar.
     """
 
-    def __init__(self, settings: CrawlSettings, cookie_jar: CookieJar | None = None) -> None:
+    def __init__(
+        self,
+        settings: CrawlSettings,
+        cookie_jar: CookieJar | None = None,
+        *,
+        on_cookies_changed: Callable[[], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.cookie_jar = cookie_jar if settings.cookies else None
+        self.cookie_lock = threading.RLock()
+        """Held around every use of the jar; hold it to serialize the jar consistently."""
+        self.on_cookies_changed = on_cookies_changed
+        if self.cookie_jar is not None:
+            self.cookie_jar.set_policy(rfc6265_cookie_policy())
         self.timeout = urllib3.Timeout(connect=settings.timeout_s, read=settings.timeout_s)
         self.resolve = dict(settings.resolve)
         headers = {
@@ -106,7 +150,12 @@ class Fetcher:
         if not settings.verify_tls:
             pool_kwargs["cert_reqs"] = "CERT_NONE"
             pool_kwargs["assert_hostname"] = False
+            # The user asked for it once in settings.yaml; urllib3 would warn on every request.
+            warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+            logger.warning("TLS certificates are not verified (crawl.verify_tls: false)")
         self.pool: urllib3.PoolManager
+        if settings.proxy and self.resolve:
+            logger.info("crawl.resolve does not apply through crawl.proxy: the proxy resolves")
         if settings.proxy:
             self.pool = urllib3.ProxyManager(
                 settings.proxy,
@@ -129,6 +178,9 @@ class Fetcher:
     ) -> Response:
         """GET ``url``; redirects are returned, not followed.
 
+        The body is decoded (gzip, deflate, br) and cut after ``max_bytes``
+        (default ``crawl.max_body_bytes``), which also ends an endless body.
+
         Raises:
             FetchError: a transport failure, with whether to retry.
         """
@@ -140,6 +192,7 @@ class Fetcher:
         host = (parts.hostname or "").lower()
         port = parts.port or (443 if scheme == "https" else 80)
         headers = dict(self.headers)
+        referer = referer_header(referer, url)
         if referer:
             headers["Referer"] = referer
         if self.cookie_jar is not None:
@@ -156,6 +209,8 @@ class Fetcher:
                 on_send()
             mapped = self.resolve.get(f"{host}:{port}")
             if mapped is not None and not self.settings.proxy:
+                # Connect to the mapped address, but speak to the named host: Host
+                # header, SNI and the certificate check all use the name (curl --resolve).
                 ip, _, mapped_port = mapped.rpartition(":")
                 headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
                 pool_kwargs = {"server_hostname": host} if scheme == "https" else None
@@ -173,10 +228,10 @@ class Fetcher:
                     "GET", url, headers=headers, redirect=False, retries=False,
                     preload_content=False, timeout=self.timeout,
                 )  # fmt: skip
+            truncated = False
             try:
                 chunks: list[bytes] = []
                 size = 0
-                truncated = False
                 for chunk in resp.stream(_CHUNK, decode_content=True):
                     chunks.append(chunk)
                     size += len(chunk)
@@ -230,6 +285,10 @@ class Fetcher:
         try:
             response = self.get(url, referer=referer, on_send=on_send)
         except FetchError as exc:
+            # The kind goes to the report; the detail (which certificate, which
+            # socket error) is only here.
+            level = logging.DEBUG if exc.retryable else logging.INFO
+            logger.log(level, "GET %s failed: %s", url, exc)
             return DownloadResult(error=exc.kind, retryable=exc.retryable)
         location = ""
         if 300 <= response.status < 400:
@@ -246,20 +305,26 @@ class Fetcher:
             truncated=response.truncated,
             elapsed=response.elapsed,
             wire_bytes=response.wire_bytes,
+            throttle=self.settings.auto_throttle,
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------
     def _cookie_header(self, url: str) -> str:
         assert self.cookie_jar is not None
         request = urllib.request.Request(url)
-        self.cookie_jar.add_cookie_header(request)
+        with self.cookie_lock:
+            self.cookie_jar.add_cookie_header(request)
         return request.get_header("Cookie") or ""
 
     def _store_cookies(self, url: str, headers: urllib3.HTTPHeaderDict) -> None:
         assert self.cookie_jar is not None
         if "set-cookie" not in headers and "set-cookie2" not in headers:
             return
-        self.cookie_jar.extract_cookies(_CookieResponse(headers), urllib.request.Request(url))  # type: ignore[arg-type]
+        response = _CookieResponse(headers)
+        with self.cookie_lock:
+            self.cookie_jar.extract_cookies(response, urllib.request.Request(url))  # type: ignore[arg-type]
+        if self.on_cookies_changed is not None:
+            self.on_cookies_changed()
 
 
 class _CookieMessage:
@@ -282,11 +347,11 @@ class _CookieResponse:
 
 
 def _proxy_auth_headers(proxy: str) -> dict[str, str] | None:
+    """Proxy-Authorization (Basic) from ``http://user:pass@host:port``; urllib3 does not
+    take credentials from the proxy URL itself."""
     parts = urlsplit(proxy)
     if parts.username is None:
         return None
-    from urllib.parse import unquote
-
     return urllib3.make_headers(
         proxy_basic_auth=f"{unquote(parts.username)}:{unquote(parts.password or '')}"
     )

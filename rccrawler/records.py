@@ -66,6 +66,9 @@ class HostData:
     """The start URL of the site."""
     crawl_delay: float = 1.0
     """Seconds between two requests to this host (robots Crawl-delay wins when larger)."""
+    min_crawl_delay: float = 0.0
+    """The politeness floor: crawl_delay_ms, or a larger robots Crawl-delay. crawl_delay
+    starts there; auto-throttle moves it up and down but never below."""
     max_downloads_at_time: int = 2
     max_crawl_level: int = 10
     robots_state: RobotsState = RobotsState.PENDING
@@ -161,7 +164,10 @@ class DownloadResult:
     """Seconds the host asked us to wait (429/503 Retry-After)."""
     truncated: bool = False
     elapsed: float = 0.0
+    """Seconds from sending the request to the end of the body (the response latency)."""
     wire_bytes: int = 0
+    throttle: bool = False
+    """Adapt the host's crawl delay to ``elapsed`` (``crawl.auto_throttle``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -503,7 +503,6 @@ class SQLiteDataManager(DataManager):
         else:
             super().wait_for_work(timeout, kind)
 
-
     def take_for_download(self) -> PageData | None:
         # Finding nothing is the common case for idle threads: only a lease opens a transaction.
         with self._lock:

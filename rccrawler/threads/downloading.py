@@ -75,13 +75,20 @@ class DownloadingThread(CrawlerThread):
         url = f"{host.scheme}://{host.host}/robots.txt"
         status: int | None = None
         body = b""
+        error = ""
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
             result = self.fetcher.download(
                 url, on_send=lambda: self.data.mark_request_sent(host.host)
             )
             status, body = result.status, result.body
+            if result.error == "tls":
+                # The handshake that failed here fails for every page of the host
+                # too, so nothing is fetched either way; letting the pages fail
+                # puts "tls" in the report instead of "robots.txt unreachable".
+                self.data.store_robots(host.host, None, "", None, blocked=False)
+                return
             if result.error:
-                status = None
+                status, error = None, result.error
                 break
             if status is not None and 300 <= status < 400 and result.location:
                 target = resolve_link(url, result.location)
@@ -96,7 +103,8 @@ class DownloadingThread(CrawlerThread):
             text = ""
         blocked = rules.disallows_everything and (status is None or status >= 500)
         if blocked:
-            logger.warning("%s: robots.txt answered %s; the host is not crawled", host.host, status)
+            answer = f"answered {status}" if status is not None else f"failed ({error})"
+            logger.warning("%s: robots.txt %s; the host is not crawled", host.host, answer)
         self.data.store_robots(host.host, status, text, rules.crawl_delay, blocked=blocked)
 
     # -- pages -----------------------------------------------------------
