@@ -7,6 +7,7 @@ import threading
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.exceptions import StateError
+from rccrawler.robots import RobotsRules
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
@@ -38,6 +39,7 @@ class CrawlerThread(threading.Thread):
         self.settings = manager.settings
         self.stopping = manager.stopping
         self.error: BaseException | None = None
+        self._robots: dict[str, RobotsRules] = {}
         self.busy = False
         """True while step() works on something (read by the status view)."""
 
@@ -57,6 +59,23 @@ class CrawlerThread(threading.Thread):
             self.stopping.set()
         finally:
             self.close()
+
+    def robots_for(self, host: str) -> RobotsRules:
+        """The host's robots rules, parsed once per thread.
+
+        A page is leased only after its host's robots.txt was stored, and it is
+        stored once a crawl, so the first answer holds for the whole run.
+        """
+        rules = self._robots.get(host)
+        if rules is None:
+            if not self.settings.crawl.obey_robots:
+                rules = RobotsRules.allow_all()
+            else:
+                data = self.data.host(host)
+                text = data.robots_text if data is not None else ""
+                rules = RobotsRules.parse(text, self.settings.crawl.user_agent)
+            self._robots[host] = rules
+        return rules
 
     def step(self) -> bool:
         """Do one unit of work; return False when there was nothing to do."""

@@ -32,7 +32,6 @@ class DownloadingThread(CrawlerThread):
         super().__init__(manager, index)
         self.fetcher = manager.fetcher
         self.crawl = manager.settings.crawl
-        self._robots: dict[str, tuple[str, RobotsRules]] = {}
 
     def step(self) -> bool:
         host = self.data.take_robots()
@@ -54,19 +53,6 @@ class DownloadingThread(CrawlerThread):
         return True
 
     # -- robots ------------------------------------------------------------
-    def robots_for(self, host: str) -> RobotsRules:
-        """The host's rules, parsed once per thread per robots.txt text."""
-        if not self.crawl.obey_robots:
-            return RobotsRules.allow_all()
-        data = self.data.host(host)
-        text = data.robots_text if data is not None else ""
-        cached = self._robots.get(host)
-        if cached is None or cached[0] != text:
-            rules = RobotsRules.parse(text, self.crawl.user_agent)
-            self._robots[host] = (text, rules)
-            return rules
-        return cached[1]
-
     def fetch_robots(self, host: HostData) -> None:
         """Fetch robots.txt (following up to 5 redirects) and store the rules."""
         if not self.crawl.obey_robots:

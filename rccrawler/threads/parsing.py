@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
-from rccrawler.robots import RobotsRules
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import NormalizeOptions, link_scope, normalize_url, request_url
 
@@ -28,7 +27,6 @@ class ParsingThread(CrawlerThread):
         self.options = NormalizeOptions(
             add_trailing_slash=crawl.add_trailing_slash, ip_to_domain=crawl.ip_to_domain
         )
-        self._robots: dict[str, RobotsRules] = {}
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -53,19 +51,6 @@ class ParsingThread(CrawlerThread):
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
         """Hook for crawl tasks (e.g. indexing). No-op by default."""
-
-    def robots_for(self, host: str) -> RobotsRules:
-        """The host's rules; a page is parsed only after its host's robots.txt was
-        stored, and it is stored once a run, so the first answer holds."""
-        rules = self._robots.get(host)
-        if rules is None:
-            if not self.crawl.obey_robots:
-                rules = RobotsRules.allow_all()
-            else:
-                data = self.data.host(host)
-                rules = RobotsRules.parse(data.robots_text if data else "", self.crawl.user_agent)
-            self._robots[host] = rules
-        return rules
 
     def classify_links(
         self, page: PageData, parsed: ParsedPage

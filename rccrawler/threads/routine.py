@@ -1,46 +1,130 @@
-"""RoutineThread: periodic housekeeping — stop requests, checkpoints, progress for the user."""
+"""RoutineThread: periodic housekeeping — stop requests, progress for the user, the status view."""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from rccrawler.threads.base import CrawlerThread
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
+    from rccrawler.records import CrawlStats
 
 logger = logging.getLogger(__name__)
 
 
-class RoutineThread(CrawlerThread):
-    """Watches for `rccrawler stop`, logs progress and feeds the status view."""
+class StatusSink(Protocol):
+    """What the RoutineThread needs of a status view (``manager.view``): somewhere to put
+    snapshots. The view renders on its own schedule; this thread only feeds it."""
 
-    idle_wait: ClassVar[float] = 0.25
+    def update(self, stats: CrawlStats) -> None: ...
+
+
+def error_worth_a_warning(kind: str) -> bool:
+    """Transport errors, 5xx and redirect loops are trouble worth a warning; a 4xx is a
+    broken link, counted in the errors column but not announced one by one."""
+    return not kind.startswith("http_4")
+
+
+class RoutineThread(CrawlerThread):
+    """Watches for `rccrawler stop`, logs progress and new errors, and feeds the status view.
+
+    It paces itself on the crawl's stop Event rather than on the DataManager's work
+    signal, so it wakes a few times a second instead of after every stored page.
+    Everything it reports comes from ``DataManager.statistics()``, a snapshot of
+    running counters: no table is scanned, whatever the crawl's size.
+    """
+
+    tick: ClassVar[float] = 0.25
+    """Seconds between two rounds (stop-file check, view feed)."""
+    view_every: ClassVar[float] = 0.25
+    """Seconds between two snapshots fed to the status view."""
     progress_every: ClassVar[float] = 5.0
     """Seconds between two progress lines in plain-log mode."""
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
-        self._last_progress = time.monotonic()
+        now = time.monotonic()
+        self._last_progress = now
+        self._last_feed = 0.0
         self._last_done = 0
+        self._last_bytes = 0
+        self._errors_seen: dict[str, dict[str, int]] | None = None
+        """Errors by kind per host at the last look; None until the first snapshot."""
 
     def step(self) -> bool:
         if self.manager.stop_file.exists():
             logger.info("stop requested by %s", self.manager.stop_file)
             self.manager.request_stop("stop requested")
-            return False
+            return True
+        if self._errors_seen is None:
+            self.warn_new_errors(self.data.statistics())  # the baseline
         now = time.monotonic()
-        if self.manager.view is None and now - self._last_progress >= self.progress_every:
+        view: StatusSink | None = self.manager.view
+        if view is not None:
+            if now - self._last_feed >= self.view_every:
+                stats = self.data.statistics()
+                view.update(stats)
+                self.warn_new_errors(stats)
+                self._last_feed = now
+        elif now - self._last_progress >= self.progress_every:
             stats = self.data.statistics()
-            rate = (stats.pages_done - self._last_done) / (now - self._last_progress)
-            logger.info(
-                "progress: %d pages done, %d queued, %.1f pages/s, %.1f MB",
-                stats.pages_done,
-                stats.active,
-                rate,
-                stats.bytes / 1e6,
-            )
-            self._last_progress, self._last_done = now, stats.pages_done
-        return False
+            self.log_progress(stats, now)
+            self.warn_new_errors(stats)
+        self.stopping.wait(self.tick)
+        return True
+
+    def close(self) -> None:
+        """Hand the view a last snapshot, so its final frame shows every stop reason."""
+        view: StatusSink | None = self.manager.view
+        if view is not None:
+            try:
+                view.update(self.data.statistics())
+            except Exception:  # the crawl's outcome must not depend on the display
+                logger.debug("last status snapshot failed", exc_info=True)
+
+    def log_progress(self, stats: CrawlStats, now: float) -> None:
+        """One plain progress line: counts, and rates since the previous line."""
+        seconds = max(1e-6, now - self._last_progress)
+        rate = (stats.pages_done - self._last_done) / seconds
+        mb_rate = (stats.bytes - self._last_bytes) / seconds / 1e6
+        crawling = sum(1 for host in stats.hosts if not host.stop_reason)
+        logger.info(
+            "progress: %d pages done, %d queued, %d errors, %d/%d sites crawling, "
+            "%.1f pages/s, %.2f MB/s, %.1f MB",
+            stats.pages_done,
+            stats.active,
+            sum(host.errors for host in stats.hosts),
+            crawling,
+            len(stats.hosts),
+            rate,
+            mb_rate,
+            stats.bytes / 1e6,
+        )
+        self._last_progress, self._last_done, self._last_bytes = now, stats.pages_done, stats.bytes
+
+    def warn_new_errors(self, stats: CrawlStats) -> None:
+        """Log a warning for each host and kind of error that grew since the last look.
+
+        Pages that failed before this run (a resumed crawl) are the baseline, not news.
+        """
+        seen = self._errors_seen
+        current = {host.host: dict(host.errors_by_kind) for host in stats.hosts}
+        self._errors_seen = current
+        if seen is None:
+            return
+        for host, kinds in current.items():
+            before = seen.get(host, {})
+            for kind, count in kinds.items():
+                new = count - before.get(kind, 0)
+                if new > 0 and error_worth_a_warning(kind):
+                    logger.warning(
+                        "%s: %d page%s failed with %s (%d so far)",
+                        host,
+                        new,
+                        "" if new == 1 else "s",
+                        kind,
+                        count,
+                    )
