@@ -21,31 +21,18 @@ from typing import Any
 
 from plugins.webgraph import WebGraphManager
 from rccrawler.config import settings_from_mapping
-from rccrawler.data.base import DataManager
-from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.loopback import serve_sites
-from rccrawler.manager import STATE_FILE
 from rccrawler.sample_sites import generated_site
 
 
 class FullSyncManager(WebGraphManager):
     """The web-graph task with an fsync on every commit."""
 
-    synchronous = "FULL"
-
-    def create_data_manager(self) -> DataManager:
-        crawl = self.settings.crawl
-        return SQLiteDataManager(
-            self.state_dir / STATE_FILE,
-            max_pages=crawl.max_pages,
-            max_download_attempts=crawl.max_download_attempts,
-            max_redirects=crawl.max_redirects,
-            synchronous=self.synchronous,
-        )
+    sqlite_synchronous = "FULL"
 
 
-class NormalSyncManager(FullSyncManager):
-    synchronous = "NORMAL"
+class NormalSyncManager(WebGraphManager):
+    sqlite_synchronous = "NORMAL"
 
 
 def crawl_once(manager_cls: type[WebGraphManager], resolve: dict[str, str], host: str) -> float:
@@ -74,7 +61,7 @@ def main() -> None:
     with serve_sites({host: generated_site(host, args.pages, fanout=10)}) as server:
         for _ in range(args.runs):
             for cls in (NormalSyncManager, FullSyncManager):
-                rates[cls.synchronous].append(crawl_once(cls, server.resolve, host))
+                rates[cls.sqlite_synchronous].append(crawl_once(cls, server.resolve, host))
     for mode, values in rates.items():
         print(
             f"synchronous={mode:6} pages/s "

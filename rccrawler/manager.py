@@ -83,6 +83,8 @@ class ApplicationManager:
     routine_thread_cls: ClassVar[type[RoutineThread]] = RoutineThread
     finisher_cls: ClassVar[type[ApplicationFinisher]] = ApplicationFinisher
     unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (ReportUnloader,)
+    sqlite_synchronous: ClassVar[str] = "NORMAL"
+    """SQLite's synchronous mode: NORMAL survives a killed process, FULL a power cut too."""
     settings_sections: ClassVar[tuple[str, ...]] = ()
     """Extra top-level settings keys this task reads (validated by check_settings)."""
     cookie_save_interval: ClassVar[float] = 1.0
@@ -173,6 +175,7 @@ class ApplicationManager:
             max_pages=crawl.max_pages,
             max_download_attempts=crawl.max_download_attempts,
             max_redirects=crawl.max_redirects,
+            synchronous=self.sqlite_synchronous,
         )
 
     # -- state -------------------------------------------------------------
