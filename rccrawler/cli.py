@@ -69,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from rccrawler.demo import run_demo
 
-            return run_demo(Path(args.output) if args.output else Path("output/demo"))
+            output = Path(args.output) if args.output else Path("output/demo")
+            return run_demo(output, tui=False if args.no_tui else None)
         if not args.config:
             print(f"rccrawler {args.command}: --config FILE is required", file=sys.stderr)
             return EXIT_USAGE

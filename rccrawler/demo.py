@@ -34,8 +34,13 @@ def demo_settings(output_dir: Path, resolve: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def run_demo(output_dir: Path) -> int:
-    """Crawl the sample site from scratch; return the exit code."""
+def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
+    """Crawl the sample site from scratch; return the exit code.
+
+    Args:
+        output_dir: where the graph files and the state go.
+        tui: show the live status view; None means "when stdout is a terminal".
+    """
     from rccrawler.cli import print_summary, run_manager
     from rccrawler.loading import load_class
     from rccrawler.manager import ApplicationManager
@@ -50,10 +55,10 @@ def run_demo(output_dir: Path) -> int:
         print(f"serving the sample site {DEMO_HOST} on {server.server_address[0]}:"
               f"{server.server_port}; crawling it")  # fmt: skip
         manager = manager_cls(settings)
-        code = run_manager(manager, summary=False)
+        code = run_manager(manager, summary=False, tui=tui)
         requests = len(server.hits)
     if manager.finished:
-        print_summary(manager, manager.report)
+        print_summary(manager, manager.report, tui=tui)
         site = manager.report["sites"][DEMO_HOST]
         skipped = ", ".join(f"{k} {v}" for k, v in site["skipped_links_by_reason"].items())
         print(f"the server answered {requests} requests; links not followed: {skipped}")
