@@ -18,6 +18,7 @@ from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, load_class
+from rccrawler.memory import tune_malloc
 from rccrawler.records import HostData
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
@@ -93,6 +94,9 @@ class ApplicationManager:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.stopping = threading.Event()
+        """Set to stop: downloaders take no new page, the crawl winds down."""
+        self.parsing_stopping = threading.Event()
+        """Set after `stopping`, once the downloaded pages are parsed (nothing is lost)."""
         self.stop_reason = ""
         self.finished = False
         self.report: dict[str, Any] = {}
@@ -308,6 +312,7 @@ class ApplicationManager:
         Returns:
             True when the crawl finished, False when it was stopped (resumable).
         """
+        tune_malloc()
         self.open()
         self._started = time.monotonic()
         try:
@@ -347,11 +352,27 @@ class ApplicationManager:
                 return
             self.stopping.wait(0.1)
 
+    def abort(self) -> None:
+        """Stop every thread at once (a thread crashed)."""
+        self.stopping.set()
+        self.parsing_stopping.set()
+
     def join_threads(self) -> None:
-        """Join every thread with a bound: an in-flight download ends within its timeout."""
+        """Join every thread with a bound: first the downloaders (an in-flight download
+        ends within its timeout), then the parsers once no downloaded page is left."""
         bound = 2 * self.settings.crawl.timeout_s + 5.0
         deadline = time.monotonic() + bound
+        parsers = [t for t in self.threads if t.stopping is self.parsing_stopping]
         for thread in self.threads:
+            if thread not in parsers:
+                thread.join(max(0.1, deadline - time.monotonic()))
+        while time.monotonic() < deadline and any(t.is_alive() for t in parsers):
+            stats = self.data.statistics()
+            if stats.parsing == 0 and not any(h.downloaded for h in stats.hosts):
+                break
+            self.parsing_stopping.wait(0.02)
+        self.parsing_stopping.set()
+        for thread in parsers:
             thread.join(max(0.1, deadline - time.monotonic()))
         alive = [t.name for t in self.threads if t.is_alive()]
         if alive:

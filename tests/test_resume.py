@@ -21,8 +21,10 @@ from rccrawler.loopback import Resource
 from rccrawler.sample_sites import generated_site
 
 TESTS = Path(__file__).parent
-FINISHED = ("done", "error", "skipped", "downloaded", "parsing")
-"""States whose download is safely on disk (a downloaded body waits there for parsing)."""
+FINISHED = ("done", "error", "skipped")
+"""Pages whose work is committed. A page being downloaded, or downloaded and waiting
+for a parser (its body is kept in memory), is in flight: a crash fetches it again."""
+IN_FLIGHT = ("running", "downloaded", "parsing")
 
 
 def spawn(config: Path, *args: str) -> subprocess.Popen[str]:
@@ -109,13 +111,13 @@ def test_sigkill_at_five_moments_loses_and_repeats_nothing_but_in_flight_pages(
         seen = len(server.hits)
         states = page_states(state_dir)
         finished = {path for path, state in states.items() if state in FINISHED}
-        in_flight_at_kills |= {path for path, state in states.items() if state == "running"}
+        in_flight_at_kills |= {path for path, state in states.items() if state in IN_FLIGHT}
         # What the next run requests must not include anything finished before the kill.
         proc = spawn(config)
         wait_for_hits(server, seen + 1, proc)
         kill9(proc)
         in_flight_at_kills |= {
-            p for p, state in page_states(state_dir).items() if state == "running"
+            p for p, state in page_states(state_dir).items() if state in IN_FLIGHT
         }
         again = [hit.path for hit in server.hits[seen:]]
         assert not finished & set(again), sorted(finished & set(again))[:5]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import sqlite3
 import threading
@@ -63,7 +64,6 @@ CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
 CREATE TABLE IF NOT EXISTS urls (
     normalized_url TEXT PRIMARY KEY, page_id INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS bodies (page_id INTEGER PRIMARY KEY, body BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS arcs (
     from_id INTEGER NOT NULL, to_id INTEGER NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (from_id, to_id)
@@ -172,6 +172,8 @@ class SQLiteDataManager(DataManager):
         max_redirects: hops before a redirect chain is an error.
         synchronous: SQLite's ``synchronous`` pragma. NORMAL (with WAL) survives a
             killed process; FULL also survives a power cut, at an fsync per call.
+        max_pending_bytes: downloaded bodies waiting for a parser, at most; downloads
+            pause beyond it, so slow parsing cannot fill the memory.
         read_only: only read (``rccrawler status`` beside a running crawl): no schema
             changes, no checkpoint on close.
         clock: wall-clock time source (tests may pass their own).
@@ -186,6 +188,7 @@ class SQLiteDataManager(DataManager):
         max_redirects: int = 10,
         synchronous: str = "NORMAL",
         read_only: bool = False,
+        max_pending_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
@@ -203,6 +206,12 @@ class SQLiteDataManager(DataManager):
         self._parse_ready = threading.Condition(self._lock)
         self._wake_downloaders = 0
         self._wake_parsers = 0
+        # Downloaded bodies wait for a parser here, not on disk (see recover()).
+        self._parse_queue: list[tuple[int, PageId]] = []
+        self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
+        self._parsing: dict[PageId, tuple[PageData, int]] = {}
+        self._pending_bytes = 0
+        self.max_pending_bytes = max_pending_bytes
         self._robots_pending = 0
         """Hosts whose robots.txt is PENDING (read without the lock as a hint)."""
         self._due_in = 0.0
@@ -232,7 +241,7 @@ class SQLiteDataManager(DataManager):
                 return
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self.synchronous}")
-            db.execute("PRAGMA cache_size=-16000")
+            db.execute("PRAGMA cache_size=-8000")  # 4 MB: the OS caches the file too
             db.execute("PRAGMA temp_store=MEMORY")
             db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
@@ -362,11 +371,11 @@ class SQLiteDataManager(DataManager):
 
     def recover(self) -> int:
         with self._atomic() as db:
+            # Bodies waiting for a parser live in memory only: a page whose links
+            # were not stored yet is fetched again, like one that was in flight.
             moved = db.execute(
-                "UPDATE pages SET state = 'waiting' WHERE state = 'running'"
-            ).rowcount
-            moved += db.execute(
-                "UPDATE pages SET state = 'downloaded' WHERE state = 'parsing'"
+                "UPDATE pages SET state = 'waiting' "
+                "WHERE state IN ('running', 'downloaded', 'parsing')"
             ).rowcount
             self._load_memory()
             self._wake_downloaders = self._wake_parsers = 1 << 16
@@ -505,6 +514,8 @@ class SQLiteDataManager(DataManager):
 
     def take_for_download(self) -> PageData | None:
         # Finding nothing is the common case for idle threads: only a lease opens a transaction.
+        if self._pending_bytes > self.max_pending_bytes:
+            return None  # the parsers are behind: let them catch up first
         with self._lock:
             now = self.clock()
             hosts = list(self._hosts.values())
@@ -665,11 +676,15 @@ class SQLiteDataManager(DataManager):
                     (attempts, result.content_type, content_hash, size, int(result.truncated),
                      page_id),
                 )  # fmt: skip
-                db.execute(
-                    "INSERT OR REPLACE INTO bodies (page_id, body) VALUES (?, ?)",
-                    (page_id, result.body),
-                )
                 counters.move(PageState.RUNNING, PageState.DOWNLOADED)
+                page.state = PageState.DOWNLOADED
+                page.http_status, page.content_type = 200, result.content_type
+                page.content_hash, page.bytes = content_hash, size
+                page.download_attempts, page.downloaded = attempts, True
+                page.truncated, page.error_code = result.truncated, ""
+                heapq.heappush(self._parse_queue, (page.level, page.id))
+                self._downloaded[page.id] = (page, result.body)
+                self._pending_bytes += size
                 self._wake_parsers += 1
 
     def store_redirect(
@@ -761,30 +776,24 @@ class SQLiteDataManager(DataManager):
 
     # -- parsing ---------------------------------------------------------
     def take_for_parsing(self) -> tuple[PageData, bytes] | None:
-        with contextlib.suppress(RuntimeError):  # a host added meanwhile: ask under the lock
-            if not any(c.by_state[PageState.DOWNLOADED] > 0 for c in self._counters.values()):
-                return None  # a hint read without the lock; store_download wakes the parsers
-        with self._atomic() as db:
-            row = db.execute(
-                f"SELECT {_PAGE_COLUMNS} FROM pages WHERE state = 'downloaded' "
-                "ORDER BY level, id LIMIT 1"
-            ).fetchone()
-            if row is None:
+        if not self._parse_queue:
+            return None  # a hint read without the lock; store_download wakes the parsers
+        with self._lock:  # memory only: the body never went to disk
+            if not self._parse_queue:
                 return None
-            page = _page(row)
-            body_row = db.execute(
-                "SELECT body FROM bodies WHERE page_id = ?", (page.id,)
-            ).fetchone()
-            db.execute("UPDATE pages SET state = 'parsing' WHERE id = ?", (page.id,))
+            _level, page_id = heapq.heappop(self._parse_queue)
+            page, body = self._downloaded.pop(page_id)
             self._counters[page.host].move(PageState.DOWNLOADED, PageState.PARSING)
             page.state = PageState.PARSING
-            return page, bytes(body_row[0]) if body_row is not None else b""
+            self._parsing[page_id] = (page, len(body))
+            return replace(page), body
 
     def store_parse(
         self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
     ) -> None:
         with self._atomic() as db:
-            page = self._load_page(page_id)
+            page, size = self._parsing.pop(page_id)
+            self._pending_bytes -= size
             counters = self._counters[page.host]
             unique: dict[str, FoundLink] = {}
             for link in links:
@@ -830,7 +839,6 @@ class SQLiteDataManager(DataManager):
                 "UPDATE pages SET state = 'done', parsed = 1, out_degree = ? WHERE id = ?",
                 (len(targets), page_id),
             )
-            db.execute("DELETE FROM bodies WHERE page_id = ?", (page_id,))
             self._finish(page, counters, PageState.DONE)
 
     # -- reading ---------------------------------------------------------

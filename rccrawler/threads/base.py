@@ -52,11 +52,11 @@ class CrawlerThread(threading.Thread):
             # The state cannot be written (disk full...): the manager reports it, once.
             self.error = exc
             logger.debug("%s stopped: %s", self.name, exc)
-            self.stopping.set()
+            self.manager.abort()
         except BaseException as exc:
             self.error = exc
             logger.exception("%s crashed; stopping the crawl", self.name)
-            self.stopping.set()
+            self.manager.abort()
         finally:
             self.close()
 

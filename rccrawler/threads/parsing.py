@@ -22,6 +22,8 @@ class ParsingThread(CrawlerThread):
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
+        # Parsers outlive the downloaders at a stop, to finish the pages in memory.
+        self.stopping = manager.parsing_stopping
         crawl = manager.settings.crawl
         self.crawl = crawl
         self.options = NormalizeOptions(
