@@ -9,14 +9,14 @@ concurrently. Two backends share one contract: lexbor (fast, via selectolax) and
 from __future__ import annotations
 
 import codecs
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-import html5lib  # type: ignore[import-untyped, unused-ignore]
 from selectolax.lexbor import LexborHTMLParser
 
 if TYPE_CHECKING:
@@ -457,7 +457,14 @@ def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
 
 # --------------------------------------------------------------------------- html5lib
 
-_ETREE_BUILDER = html5lib.getTreeBuilder("etree")
+
+@functools.cache
+def _html5lib_parser_factory() -> Callable[[], Any]:
+    """html5lib is imported on first use: a crawl on lexbor never pays its memory."""
+    import html5lib  # type: ignore[import-untyped, unused-ignore]
+
+    builder = html5lib.getTreeBuilder("etree")
+    return lambda: html5lib.HTMLParser(tree=builder, namespaceHTMLElements=False)
 
 
 def _local_name(tag: object) -> str | None:
@@ -488,7 +495,7 @@ def _etree_text(root: Element) -> str:
 
 def _html5lib_tree(text: str) -> Element:
     """The html5lib tree of ``text``, <html> as root and HTML elements without a namespace."""
-    parser = html5lib.HTMLParser(tree=_ETREE_BUILDER, namespaceHTMLElements=False)
+    parser = _html5lib_parser_factory()()
     try:
         parser.parse(text)
     except AssertionError:

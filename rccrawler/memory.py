@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +37,31 @@ def tune_malloc() -> bool:
     mallopt.restype = ctypes.c_int
     # A fixed threshold also stops glibc from raising it after big frees,
     # which would move later multi-megabyte bodies into the fragmenting heap.
-    ok = bool(mallopt(_M_ARENA_MAX, ARENA_MAX)) and bool(
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    )
+    ok = bool(mallopt(_M_ARENA_MAX, ARENA_MAX)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     logger.debug("malloc tuned: %s", ok)
     return ok
+
+
+def release_memory() -> None:
+    """Give freed heap memory back to the OS (glibc ``malloc_trim``); a no-op elsewhere.
+
+    Parsed pages leave freed holes in the C heap; the RoutineThread calls this
+    every few seconds so the resident set tracks what is really in use.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    if not name:
+        return None
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim  # type: ignore[no-any-return]

@@ -34,8 +34,8 @@ __all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "product_token"]
 MAX_ROBOTS_BYTES = 500 * 1024
 """RFC 9309 §2.5: crawlers must parse at least 500 KiB; we parse exactly that much."""
 
-_URL_CACHE_SIZE = 16_384
-_DECISION_CACHE_SIZE = 8_192
+_URL_CACHE_SIZE = 4_096
+_DECISION_CACHE_SIZE = 4_096
 
 # Directive names, lower-cased. Besides the RFC names we accept the misspellings that
 # Google's parser accepts: obeying a typo is the polite reading of a site's intent.

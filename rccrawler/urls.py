@@ -19,7 +19,7 @@ __all__ = [
     "site_start_url",
 ]
 
-_CACHE_SIZE = 16_384  # sized for repeated navigation links; unique ones only cost memory
+_CACHE_SIZE = 4_096  # sized for repeated navigation links; unique ones only cost memory
 _AUTHORITY_CACHE_SIZE = 8_192
 _DNS_CACHE_SIZE = 4_096
 

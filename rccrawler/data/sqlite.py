@@ -188,7 +188,7 @@ class SQLiteDataManager(DataManager):
         max_redirects: int = 10,
         synchronous: str = "NORMAL",
         read_only: bool = False,
-        max_pending_bytes: int = 64 * 1024 * 1024,
+        max_pending_bytes: int = 8 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
@@ -241,7 +241,7 @@ class SQLiteDataManager(DataManager):
                 return
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={self.synchronous}")
-            db.execute("PRAGMA cache_size=-8000")  # 4 MB: the OS caches the file too
+            db.execute("PRAGMA cache_size=-2000")  # 2 MB: the OS caches the file too
             db.execute("PRAGMA temp_store=MEMORY")
             db.executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:

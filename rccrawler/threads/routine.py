@@ -6,6 +6,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from rccrawler.memory import release_memory
 from rccrawler.threads.base import CrawlerThread
 
 if TYPE_CHECKING:
@@ -42,12 +43,15 @@ class RoutineThread(CrawlerThread):
     view_every: ClassVar[float] = 0.25
     """Seconds between two snapshots fed to the status view."""
     progress_every: ClassVar[float] = 5.0
+    trim_every: ClassVar[float] = 1.0
+    """Seconds between two returns of freed heap memory to the OS."""
     """Seconds between two progress lines in plain-log mode."""
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
         now = time.monotonic()
         self._last_progress = now
+        self._last_trim = now
         self._last_feed = 0.0
         self._last_done = 0
         self._last_bytes = 0
@@ -55,6 +59,10 @@ class RoutineThread(CrawlerThread):
         """Errors by kind per host at the last look; None until the first snapshot."""
 
     def step(self) -> bool:
+        now = time.monotonic()
+        if now - self._last_trim >= self.trim_every:
+            release_memory()
+            self._last_trim = now
         if self.manager.stop_file.exists():
             logger.info("stop requested by %s", self.manager.stop_file)
             self.manager.request_stop("stop requested")
