@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from rccrawler.config import Settings, read_settings_file, settings_from_mapping
 from rccrawler.data.base import DataManager
+from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
@@ -84,6 +85,8 @@ class ApplicationManager:
     routine_thread_cls: ClassVar[type[RoutineThread]] = RoutineThread
     finisher_cls: ClassVar[type[ApplicationFinisher]] = ApplicationFinisher
     unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (ReportUnloader,)
+    sqlite_data_manager_cls: ClassVar[type[SQLiteDataManager]] = SQLiteDataManager
+    """The DataManager of ``storage: sqlite`` (a subclass may change how it stores)."""
     sqlite_synchronous: ClassVar[str] = "NORMAL"
     """SQLite's synchronous mode: NORMAL survives a killed process, FULL a power cut too."""
     settings_sections: ClassVar[tuple[str, ...]] = ()
@@ -171,10 +174,8 @@ class ApplicationManager:
         """The storage backend named by ``storage:`` (SQLite unless a postgresql:// URL)."""
         if self.settings.storage != "sqlite":
             raise ConfigError("storage", "PostgreSQL storage is not available in this version")
-        from rccrawler.data.sqlite import SQLiteDataManager
-
         crawl = self.settings.crawl
-        return SQLiteDataManager(
+        return self.sqlite_data_manager_cls(
             self.state_dir / STATE_FILE,
             max_pages=crawl.max_pages,
             max_download_attempts=crawl.max_download_attempts,
