@@ -36,6 +36,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from common import vm_hwm_kb, write_settings
+
 REPO = Path(__file__).resolve().parents[1]
 SPIDER = Path(__file__).resolve().with_name("scrapy_spider.py")
 
@@ -336,18 +338,6 @@ class Nginx:
 # --- measuring a child ----------------------------------------------------------------
 
 
-def vm_hwm_kb(pid: int | str) -> int:
-    """VmHWM of a live process: the peak resident set of its current image, in kB."""
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 def run_measured(cmd: Sequence[str], cwd: Path, output: Path, timeout: float) -> Measure:
     """Run cmd to its end; wall time, and the child's own CPU time and peak RSS from wait4.
 
@@ -399,21 +389,7 @@ def tail(path: Path, lines: int = 8) -> str:
 
 def crawl_ours(url: str, folder: Path, timeout: float) -> tuple[Measure, int, set[str], str]:
     """rccrawler with the settings of the issue; pages from report.json, URLs from nodes.csv."""
-    settings = {
-        "sites": [url],
-        "state_dir": str(folder / "state"),
-        "output_dir": str(folder / "output"),
-        "threads": {"downloading": 8, "parsing": 2},
-        "crawl": {
-            "crawl_delay_ms": 0,
-            "max_downloads_at_time": 8,
-            "obey_robots": True,
-            "max_depth": 1000,
-            "timeout_s": 30,
-        },
-    }
-    config = folder / "settings.yaml"
-    config.write_text(json.dumps(settings, indent=2) + "\n")  # JSON is YAML
+    config = write_settings(folder, [url], obey_robots=True, max_depth=1000)
     cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
     report_path = folder / "output" / "report.json"

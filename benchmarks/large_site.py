@@ -19,40 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
+from common import vm_hwm_kb, write_settings
 
 from rccrawler.loopback import serve_sites
 from rccrawler.sample_sites import generated_site
-
-
-def peak_rss_mb(pid: int) -> float:
-    """VmHWM of a live process: its peak resident set so far."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def write_settings(folder: Path, resolve: dict[str, str], host: str, **crawl: object) -> Path:
-    settings = {
-        "sites": [f"http://{host}/"],
-        "state_dir": str(folder / "state"),
-        "output_dir": str(folder / "output"),
-        "threads": {"downloading": 8, "parsing": 2},
-        "crawl": {
-            "crawl_delay_ms": 0,
-            "max_downloads_at_time": 8,
-            "timeout_s": 30,
-            "resolve": resolve,
-            **crawl,
-        },
-    }
-    path = folder / "settings.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    return path
 
 
 def crawler(config: Path, *args: str) -> list[str]:
@@ -65,12 +35,12 @@ def full_crawl(pages: int) -> dict[str, float]:
         serve_sites({host: generated_site(host, pages, fanout=10)}) as server,
         tempfile.TemporaryDirectory() as tmp,
     ):
-        config = write_settings(Path(tmp), server.resolve, host)
+        config = write_settings(Path(tmp), [f"http://{host}/"], resolve=server.resolve)
         started = time.monotonic()
         proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
         peak = 0.0
         while proc.poll() is None:
-            peak = max(peak, peak_rss_mb(proc.pid))
+            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
             time.sleep(0.2)
         elapsed = time.monotonic() - started
         report = json.loads((Path(tmp) / "output" / "report.json").read_text())
@@ -82,12 +52,12 @@ def frontier_growth(target: int) -> dict[str, float]:
     host = "wide.test"
     site = generated_site(host, 100_000, fanout=10, extra_unvisited_links=500)
     with serve_sites({host: site}) as server, tempfile.TemporaryDirectory() as tmp:
-        config = write_settings(Path(tmp), server.resolve, host)
+        config = write_settings(Path(tmp), [f"http://{host}/"], resolve=server.resolve)
         proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
         peak, waiting = 0.0, 0
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
-            peak = max(peak, peak_rss_mb(proc.pid))
+            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
             status = subprocess.run(
                 crawler(config, "status", "--json"), capture_output=True, text=True
             )
@@ -98,7 +68,7 @@ def frontier_growth(target: int) -> dict[str, float]:
                     break
             time.sleep(0.5)
         while proc.poll() is None:
-            peak = max(peak, peak_rss_mb(proc.pid))
+            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
             time.sleep(0.1)
     return {"frontier": waiting, "peak_rss_mb": peak}
 

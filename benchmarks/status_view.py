@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from common import write_settings
 
 from rccrawler.loopback import Resource, redirect, serve_sites
 from rccrawler.manager import load_settings
@@ -53,24 +54,6 @@ def _serve(hosts: list[str], pages: int, port_queue: Any, stop: Any) -> None:
     with serve_sites(sites) as server:
         port_queue.put(server.server_port)
         stop.wait()
-
-
-def write_settings(folder: Path, hosts: list[str], port: int) -> Path:
-    settings = {
-        "sites": [f"http://{host}/" for host in hosts],
-        "state_dir": str(folder / "state"),
-        "output_dir": str(folder / "output"),
-        "threads": {"downloading": 8, "parsing": 2},
-        "crawl": {
-            "crawl_delay_ms": 0,
-            "max_downloads_at_time": 4,
-            "timeout_s": 30,
-            "resolve": {f"{host}:80": f"127.0.0.1:{port}" for host in hosts},
-        },
-    }
-    path = folder / "settings.yaml"
-    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
-    return path
 
 
 def frame_cost(view: StatusView, frames: int = 50) -> float:
@@ -126,7 +109,12 @@ def throughput(sites: int, pages: int, rounds: int) -> None:
         rates: dict[bool, list[float]] = {False: [], True: []}
         frames: list[float] = []
         with tempfile.TemporaryDirectory() as tmp:
-            config = write_settings(Path(tmp), hosts, port)
+            config = write_settings(
+                Path(tmp),
+                [f"http://{h}/" for h in hosts],
+                max_downloads_at_time=4,
+                resolve={f"{h}:80": f"127.0.0.1:{port}" for h in hosts},
+            )
             crawl_once(config, with_view=False)  # warm-up: imports, caches, the server
             for round_ in range(rounds):
                 order = (False, True) if round_ % 2 == 0 else (True, False)

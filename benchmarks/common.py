@@ -1,0 +1,42 @@
+"""Helpers the benchmark scripts share: settings files and peak memory of a child."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def write_settings(
+    folder: Path, sites: list[str], *, resolve: dict[str, str] | None = None, **crawl: Any
+) -> Path:
+    """A settings.yaml for a fast crawl (no delay, 8 downloaders) with state and output
+    under ``folder``; ``crawl`` keys override the ``crawl:`` defaults."""
+    settings = {
+        "sites": sites,
+        "state_dir": str(folder / "state"),
+        "output_dir": str(folder / "output"),
+        "threads": {"downloading": 8, "parsing": 2},
+        "crawl": {
+            "crawl_delay_ms": 0,
+            "max_downloads_at_time": 8,
+            "timeout_s": 30,
+            "resolve": resolve or {},
+            **crawl,
+        },
+    }
+    path = folder / "settings.yaml"
+    path.write_text(yaml.safe_dump(settings), encoding="utf-8")
+    return path
+
+
+def vm_hwm_kb(pid: int | str) -> int:
+    """VmHWM of a live process (``"self"`` for this one): its peak resident set so far."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
