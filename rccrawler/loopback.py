@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gzip as gzip_module
 import socket
+import socketserver
 import ssl
 import threading
 import time
@@ -21,8 +22,10 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
+
+_S = TypeVar("_S", bound=socketserver.BaseServer)
 
 __all__ = [
     "HTML",
@@ -37,6 +40,7 @@ __all__ = [
     "Sites",
     "redirect",
     "serve_sites",
+    "serving",
 ]
 
 HTML: tuple[tuple[str, str], ...] = (("Content-Type", "text/html; charset=utf-8"),)
@@ -440,16 +444,10 @@ def _accepts_gzip(accept_encoding: str) -> bool:
 
 
 @contextlib.contextmanager
-def serve_sites(sites: Mapping[str, Site], **kwargs: Any) -> Iterator[SiteServer]:
-    """Run a :class:`SiteServer` in a daemon thread for the ``with`` block.
-
-    Keyword arguments go to :class:`SiteServer` (``port``, ``ssl_context``, ``timeout``).
-    """
-    server = SiteServer(sites, **kwargs)
+def serving(server: _S, name: str = "site-server") -> Iterator[_S]:
+    """Run any socketserver in a daemon thread for the ``with`` block, then close it."""
     # A short poll interval makes shutdown() quick: tests start hundreds of servers.
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.05,), name="site-server", daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True)
     thread.start()
     try:
         yield server
@@ -457,3 +455,13 @@ def serve_sites(sites: Mapping[str, Site], **kwargs: Any) -> Iterator[SiteServer
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def serve_sites(sites: Mapping[str, Site], **kwargs: Any) -> Iterator[SiteServer]:
+    """Run a :class:`SiteServer` in a daemon thread for the ``with`` block.
+
+    Keyword arguments go to :class:`SiteServer` (``port``, ``ssl_context``, ``timeout``).
+    """
+    with serving(SiteServer(sites, **kwargs)) as server:
+        yield server

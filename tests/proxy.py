@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from rccrawler.loopback import serving
+
 __all__ = ["VIA", "ForwardProxy", "ProxyHit", "serve_proxy"]
 
 VIA = "1.1 rccrawler-test-proxy"
@@ -202,14 +204,5 @@ def serve_proxy(
     resolve: Mapping[str, str], *, credentials: tuple[str, str] | None = None
 ) -> Iterator[ForwardProxy]:
     """Run a :class:`ForwardProxy` in a daemon thread for the ``with`` block."""
-    proxy = ForwardProxy(resolve, credentials=credentials)
-    thread = threading.Thread(
-        target=proxy.serve_forever, args=(0.05,), name="test-proxy", daemon=True
-    )
-    thread.start()
-    try:
+    with serving(ForwardProxy(resolve, credentials=credentials), "test-proxy") as proxy:
         yield proxy
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
-        thread.join(timeout=5)

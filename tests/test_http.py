@@ -29,7 +29,16 @@ import brotli
 import pytest
 from crawling import CrawlResult, CrawlRunner
 from proxy import VIA, ForwardProxy, serve_proxy
-from webserver import HTML, TEXT, Request, Resource, has_openssl, make_tls_context, redirect
+from webserver import (
+    HTML,
+    TEXT,
+    Request,
+    Resource,
+    has_openssl,
+    make_tls_context,
+    redirect,
+    serving,
+)
 
 from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.manager import ApplicationManager, load_settings
@@ -565,13 +574,7 @@ def reset_server() -> Iterator[Callable[..., ResetServer]]:
     with contextlib.ExitStack() as stack:
 
         def start(pages: dict[str, bytes], resets: dict[str, int]) -> ResetServer:
-            server = ResetServer(pages, resets)
-            thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-            thread.start()
-            stack.callback(thread.join, 5)
-            stack.callback(server.server_close)
-            stack.callback(server.shutdown)
-            return server
+            return stack.enter_context(serving(ResetServer(pages, resets), "reset-server"))
 
         yield start
 

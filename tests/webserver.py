@@ -27,6 +27,7 @@ from rccrawler.loopback import (
     SiteServer,
     redirect,
     serve_sites,
+    serving,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "redirect",
     "serve_fixture",
     "serve_sites",
+    "serving",
 ]
 
 
