@@ -52,8 +52,7 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
             raw, allowed_sections=frozenset(manager_cls.settings_sections)
         )
         manager_cls.fresh(settings)
-        print(f"serving the sample site {DEMO_HOST} on {server.server_address[0]}:"
-              f"{server.server_port}; crawling it")  # fmt: skip
+        print(f"serving the sample site {DEMO_HOST} on 127.0.0.1:{server.server_port}; crawling it")
         manager = manager_cls(settings)
         code = run_manager(manager, summary=False, tui=tui)
         requests = len(server.hits)

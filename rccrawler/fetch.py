@@ -245,7 +245,7 @@ class Fetcher:
                     body = body[:max_bytes]
                 wire = resp.tell()
             finally:
-                if truncated or not resp.isclosed():
+                if truncated or not resp.closed:
                     resp.close()  # never drain an endless or huge body
                 resp.release_conn()
         except (ConnectTimeoutError, ReadTimeoutError) as exc:

@@ -80,11 +80,11 @@ class ApplicationManager:
         settings: validated settings.
     """
 
-    downloading_thread_cls: ClassVar[type[DownloadingThread]] = DownloadingThread
-    parsing_thread_cls: ClassVar[type[ParsingThread]] = ParsingThread
-    routine_thread_cls: ClassVar[type[RoutineThread]] = RoutineThread
-    finisher_cls: ClassVar[type[ApplicationFinisher]] = ApplicationFinisher
-    unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (ReportUnloader,)
+    downloading_thread_cls: type[DownloadingThread] = DownloadingThread
+    parsing_thread_cls: type[ParsingThread] = ParsingThread
+    routine_thread_cls: type[RoutineThread] = RoutineThread
+    finisher_cls: type[ApplicationFinisher] = ApplicationFinisher
+    unloader_classes: tuple[type[ResultUnloader], ...] = (ReportUnloader,)
     sqlite_data_manager_cls: ClassVar[type[SQLiteDataManager]] = SQLiteDataManager
     """The DataManager of ``storage: sqlite`` (a subclass may change how it stores)."""
     sqlite_synchronous: ClassVar[str] = "NORMAL"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from plugins.webgraph import WebGraphManager
 from rccrawler import ParsingThread, ResultUnloader
 from rccrawler.unloaders import atomic_write
@@ -29,4 +27,4 @@ class TitlesUnloader(ResultUnloader):
 
 class TitleGraphManager(WebGraphManager):
     parsing_thread_cls = TitleParsingThread
-    unloader_classes: ClassVar = (*WebGraphManager.unloader_classes, TitlesUnloader)
+    unloader_classes = (*WebGraphManager.unloader_classes, TitlesUnloader)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from plugins.webgraph.unloaders import CsvGraphUnloader, GraphMLUnloader, SkippedUnloader
 from rccrawler.manager import ApplicationManager
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
@@ -12,7 +10,7 @@ from rccrawler.unloaders import ReportUnloader, ResultUnloader
 class WebGraphManager(ApplicationManager):
     """Crawls the sites and writes their web graphs (nodes, arcs, GraphML, skipped, report)."""
 
-    unloader_classes: ClassVar[tuple[type[ResultUnloader], ...]] = (
+    unloader_classes: tuple[type[ResultUnloader], ...] = (
         CsvGraphUnloader,
         GraphMLUnloader,
         SkippedUnloader,
