@@ -59,8 +59,8 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
     if manager.finished:
         print_summary(manager, manager.report, tui=tui)
         site = manager.report["sites"][DEMO_HOST]
-        skipped = ", ".join(f"{k} {v}" for k, v in site["skipped_links_by_reason"].items())
-        print(f"the server answered {requests} requests; links not followed: {skipped}")
+        skipped = ", ".join(f"{k} {v}" for k, v in site["skipped_by_reason"].items())
+        print(f"the server answered {requests} requests; not crawled: {skipped}")
         for name in ("nodes.csv", "arcs.csv", "graphml", "skipped.csv"):
             print(f"  {output_dir / f'{DEMO_HOST}.{name}'}")
         print(f"  {output_dir / 'report.json'}")

@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from rccrawler.records import PageData, PageState
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -55,15 +57,32 @@ class ResultUnloader:
         raise NotImplementedError
 
 
+def page_skip_reason(page: PageData) -> str:
+    """Why a page that was queued is not a node of the graph ('' when it is one)."""
+    if page.state is PageState.SKIPPED:
+        return page.error_code or "error"
+    if page.state is PageState.ERROR:
+        return "redirect_loop" if page.error_code == "redirect_loop" else "error"
+    if page.state is PageState.WAITING:
+        return "budget"  # left in the queue when the crawl ended
+    return ""
+
+
 def build_report(manager: ApplicationManager) -> dict[str, Any]:
     """The information retrieval report: per site pages, errors by kind, duplicates, bytes,
-    elapsed, why it stopped, and skipped links by reason."""
+    elapsed, why it stopped, and every URL not crawled counted by reason (as H.skipped.csv)."""
     stats = manager.data.statistics()
     sites: dict[str, Any] = {}
     for host in stats.hosts:
         skipped: Counter[str] = Counter(
             reason for _url, reason, _on in manager.data.iter_skipped(host.host)
         )
+        truncated = 0
+        for page in manager.data.iter_pages(host.host):
+            reason = page_skip_reason(page)
+            if reason:
+                skipped[reason] += 1
+            truncated += page.truncated
         end = host.finished_at or stats.taken_at
         sites[host.host] = {
             "pages_done": host.done,
@@ -71,7 +90,8 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
             "errors_by_kind": dict(host.errors_by_kind),
             "duplicates": host.duplicates,
             "skipped_pages": host.skipped,
-            "skipped_links_by_reason": dict(sorted(skipped.items())),
+            "skipped_by_reason": dict(sorted(skipped.items())),
+            "truncated": truncated,
             "waiting": host.waiting,
             "bytes": host.bytes,
             "crawl_delay_s": host.crawl_delay,

@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+from collections import Counter
 
 from rccrawler.html import parse_html
 from rccrawler.sample_sites import DEMO_HOST, demo_facts, demo_sites, generated_site
@@ -47,6 +48,7 @@ def test_demo_crawls_the_sample_site(tmp_path):
     assert report["finished"] is True
     assert site["pages_done"] == len(facts.nodes) - (len(facts.duplicates) - 1)
     assert site["stop_reason"] == "no waiting links left"
+    assert site["skipped_by_reason"] == dict(Counter(skipped.values()))
     assert max(int(row["level"]) for row in nodes) == facts.max_level
     assert (out / f"{DEMO_HOST}.graphml").read_text().count("<node ") == site["pages_done"]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
 from rccrawler.records import PageData, PageState
-from rccrawler.unloaders import ResultUnloader, atomic_write, host_file_stem
+from rccrawler.unloaders import ResultUnloader, atomic_write, host_file_stem, page_skip_reason
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -103,22 +103,12 @@ class SkippedUnloader(ResultUnloader):
                 # Pages that were queued but ended without being nodes, then links
                 # that never became pages; the DataManager keeps both unique.
                 for page in self.data.iter_pages(host.host):
-                    reason = _page_skip_reason(page)
+                    reason = page_skip_reason(page)
                     if reason:
                         writer.writerow((page.normalized_url, reason, page.referer))
                 writer.writerows(self.data.iter_skipped(host.host))
             written.append(path)
         return written
-
-
-def _page_skip_reason(page: PageData) -> str:
-    if page.state is PageState.SKIPPED:
-        return page.error_code or "error"
-    if page.state is PageState.ERROR:
-        return "redirect_loop" if page.error_code == "redirect_loop" else "error"
-    if page.state is PageState.WAITING:
-        return "budget"  # left in the queue when the crawl ended
-    return ""
 
 
 def _escape(text: str) -> str:
