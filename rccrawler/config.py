@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from rccrawler.exceptions import ConfigError
+from rccrawler.urls import NormalizeOptions
 
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
 PARSERS = ("lexbor", "html5lib")
@@ -39,6 +40,13 @@ class CrawlSettings:
     max_redirects: int = 10
     add_trailing_slash: bool = False
     ip_to_domain: bool = False
+
+    @property
+    def normalize_options(self) -> NormalizeOptions:
+        """The URL normalization switches (SPEC §6): one identity rule for the whole crawl."""
+        return NormalizeOptions(
+            add_trailing_slash=self.add_trailing_slash, ip_to_domain=self.ip_to_domain
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -239,7 +239,7 @@ class ApplicationManager:
     def add_sites(self) -> None:
         crawl = self.settings.crawl
         for site in self.settings.sites:
-            normalized = normalize_url(site)
+            normalized = normalize_url(site, crawl.normalize_options)
             if normalized is None:
                 raise ConfigError("sites", f"{site!r} is not an http(s) URL")
             host = HostData(

@@ -310,3 +310,50 @@ def test_graph_arcs_match_the_links_of_the_site(serve, crawler):
     for node in graph.nodes:
         out = [t for f, t in graph.arcs if f == int(node["id"])]
         assert int(node["out_degree"]) >= len(out)
+
+
+def test_two_start_urls_on_one_host_are_two_roots_of_one_site(serve, crawler):
+    server = serve({"a.test": {
+        "/3/": html("/3/a", text="three"), "/3/a": html(text="3a"),
+        "/2/": html("/2/a", text="two"), "/2/a": html(text="2a"),
+    }})  # fmt: skip
+    result = crawler.run(["http://a.test/3/", "http://a.test/2/"], server.resolve)
+    graph = result.graph("a.test")
+    assert graph.urls == {f"http://a.test{p}" for p in ("/3/", "/3/a", "/2/", "/2/a")}
+    assert {n["url"]: n["level"] for n in graph.nodes}["http://a.test/2/"] == "0"
+
+
+def test_a_start_page_redirecting_to_another_host_says_so(serve, crawler, caplog):
+    server = serve({"a.test": {"/": Resource(b"", 301, (("Location", "http://www.a.test/"),))},
+                    "www.a.test": {"/": html()}})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    assert result.graph("a.test").skip_reason("http://a.test/") == "subdomain"
+    assert server.hits_for("www.a.test") == []
+    assert "list that URL in sites: to crawl it" in caplog.text
+
+
+def test_include_filter_holds_for_links_and_redirects(serve, crawler):
+    server = serve({"a.test": {
+        "/": html("/docs/a", "/blog/b", "/docs/moved"),
+        "/docs/a": html(text="a"), "/blog/b": html(text="b"),
+        "/docs/moved": Resource(b"", 302, (("Location", "/blog/c"),)), "/blog/c": html(text="c"),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve, crawl={"include": ["/docs/", "a.test/$"]})
+    paths = server.paths_for("a.test")
+    assert "/blog/b" not in paths and "/blog/c" not in paths
+    graph = result.graph("a.test")
+    assert graph.skip_reason("http://a.test/blog/b") == "include"
+    assert graph.skip_reason("http://a.test/docs/moved") == "include"
+
+
+def test_trailing_slash_option_is_one_identity_rule_for_the_whole_crawl(serve, crawler):
+    server = serve({"a.test": {
+        "/": html("/guide", "/guide/", "/moved"), "/guide": html("/guide/", text="guide"),
+        "/moved": Resource(b"", 301, (("Location", "/guide"),)),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve, threads={"downloading": 1, "parsing": 1},
+                         crawl={"add_trailing_slash": True})  # fmt: skip
+    graph = result.graph("a.test")
+    assert graph.urls == {"http://a.test/", "http://a.test/guide/"}
+    paths = server.paths_for("a.test")
+    assert paths.count("/guide") + paths.count("/guide/") == 1  # one identity, one request

@@ -81,6 +81,9 @@ _PAGE_COLUMNS = (
     "redirect_target, redirect_hops, bytes, truncated, referer"
 )
 
+BLOCKED_BY_ROBOTS = "robots.txt"
+"""How the stop reason of a host whose robots.txt forbids everything starts."""
+
 _IN_PROGRESS = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
 
 
@@ -406,7 +409,22 @@ class SQLiteDataManager(DataManager):
                 known.max_downloads_at_time = host.max_downloads_at_time
                 known.max_crawl_level = host.max_crawl_level
                 self._save_host(known)
-                return False
+                # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
+                seen = self.db.execute(
+                    "SELECT 1 FROM urls WHERE normalized_url = ?", (normalized_url,)
+                ).fetchone()
+                if seen is not None:
+                    return False
+                self._insert_pages(
+                    [(host.host, start_url, normalized_url, None, 0, "")],
+                    self._counters[host.host],
+                )
+                if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
+                    self._end_waiting(host.host, SkipReason.ROBOTS)  # nothing of it is crawled
+                elif known.stop_reason:
+                    known.stop_reason, known.finished_at = "", 0.0  # it has work again
+                    self._save_host(known)
+                return True
             host = replace(
                 host,
                 started_at=self.clock(),
@@ -475,9 +493,9 @@ class SQLiteDataManager(DataManager):
             self._wake_downloaders = 1 << 16  # the host's pages may be taken now
             if blocked:
                 data.stop_reason = (
-                    f"robots.txt unavailable (HTTP {status})"
+                    f"{BLOCKED_BY_ROBOTS} unavailable (HTTP {status})"
                     if status is not None
-                    else "robots.txt unreachable"
+                    else f"{BLOCKED_BY_ROBOTS} unreachable"
                 )
                 self._end_waiting(host, SkipReason.ROBOTS)
             self._save_host(data)

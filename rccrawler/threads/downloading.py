@@ -114,7 +114,7 @@ class DownloadingThread(CrawlerThread):
     def follow_redirect(self, page: PageData, result: DownloadResult, rules: RobotsRules) -> None:
         """Turn a 3xx into the page's next URL, or end the page with a reason (SPEC §5.5)."""
         target = resolve_link(page.url, result.location)
-        normalized = normalize_url(target) if target else None
+        normalized = normalize_url(target, self.crawl.normalize_options) if target else None
         if target is None or normalized is None:
             self.data.store_download(
                 page.id, DownloadResult(error="bad_redirect", retryable=False), ""
@@ -124,4 +124,12 @@ class DownloadingThread(CrawlerThread):
         skip: SkipReason | None = SkipReason(scope) if scope is not None else None
         if skip is None and not rules.allowed(target):
             skip = SkipReason.ROBOTS
+        if skip is None and self.crawl.include and not any(t in target for t in self.crawl.include):
+            skip = SkipReason.INCLUDE
+        if skip in (SkipReason.EXTERNAL, SkipReason.SUBDOMAIN) and page.id_from is None:
+            logger.warning(
+                "%s: the start page %s redirects to %s, another host, which is not followed; "
+                "list that URL in sites: to crawl it",
+                page.host, page.url, target,
+            )  # fmt: skip
         self.data.store_redirect(page.id, request_url(target), normalized, skip)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rccrawler.html import ParsedPage, parse_html
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import NormalizeOptions, link_scope, normalize_url, request_url
+from rccrawler.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
@@ -26,9 +26,7 @@ class ParsingThread(CrawlerThread):
         self.stopping = manager.parsing_stopping
         crawl = manager.settings.crawl
         self.crawl = crawl
-        self.options = NormalizeOptions(
-            add_trailing_slash=crawl.add_trailing_slash, ip_to_domain=crawl.ip_to_domain
-        )
+        self.options = crawl.normalize_options
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
