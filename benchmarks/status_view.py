@@ -40,7 +40,7 @@ from rccrawler.ui.status import StatusView
 from rccrawler.ui.terminal import TerminalSession
 
 HERE = Path(__file__).parent
-REFRESH = 4.0
+REFRESH: float = StatusView.__init__.__kwdefaults__["refresh_per_second"]
 """Frames per second of the view (StatusView's default)."""
 
 

@@ -40,7 +40,7 @@ class RoutineThread(CrawlerThread):
 
     tick: ClassVar[float] = 0.25
     """Seconds between two rounds (stop-file check, view feed)."""
-    view_every: ClassVar[float] = 0.25
+    view_every: ClassVar[float] = 0.5
     """Seconds between two snapshots fed to the status view."""
     progress_every: ClassVar[float] = 5.0
     trim_every: ClassVar[float] = 1.0

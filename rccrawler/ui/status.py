@@ -102,7 +102,7 @@ class StatusView:
         file: IO[str] | None = None,
         width: int | None = None,
         height: int | None = None,
-        refresh_per_second: float = 4.0,
+        refresh_per_second: float = 2.0,
         warnings: WarningBuffer | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
