@@ -1,4 +1,5 @@
-"""The command line: rccrawler --config FILE | stop | status | demo (SPEC §3)."""
+"""The command line: rccrawler --config FILE | stop | status | search | words | serve | demo
+(SPEC §3)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rccrawler.exceptions import ConfigError, StateError
+from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from rccrawler.data.base import DataManager
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger("rccrawler")
@@ -33,15 +35,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Crawl sites breadth-first into per-site web graphs (rccrawler --config FILE).",
     )
     parser.add_argument("command", nargs="?", default="crawl",
-                        choices=["crawl", "stop", "status", "demo"],
+                        choices=["crawl", "stop", "status", "search", "words", "serve", "demo"],
                         help="what to do (default: crawl)")  # fmt: skip
+    parser.add_argument("terms", nargs="*", metavar="QUERY",
+                        help="search: the query; words: a prefix")  # fmt: skip
     parser.add_argument("--config", "-c", metavar="FILE", help="settings.yaml of the crawl")
     parser.add_argument("--fresh", action="store_true", help="discard saved state first")
     parser.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
     parser.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    parser.add_argument("--json", action="store_true", help="status: print JSON")
+    parser.add_argument("--json", action="store_true", help="status, search: print JSON")
+    parser.add_argument("--limit", type=int, default=10, metavar="N",
+                        help="search: at most N hits (default 10)")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
+    parser.add_argument("--port", type=int, default=8080, help="serve: port (default 8080)")
     parser.add_argument(
         "--output", metavar="DIR", help="demo: where to write (default output/demo)"
     )
@@ -63,7 +71,11 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Intermixed: the query may come after options (search --config F QUERY --json).
+    args = parser.parse_intermixed_args(argv)
+    if args.terms and args.command not in ("search", "words"):
+        parser.error(f"unrecognized arguments: {' '.join(args.terms)}")
     setup_logging(args.verbose, args.quiet, args.log_file)
     try:
         if args.command == "demo":
@@ -78,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return stop_command(args.config)
         if args.command == "status":
             return status_command(args.config, as_json=args.json)
+        if args.command == "search":
+            return search_command(args.config, " ".join(args.terms), args.limit,
+                                  as_json=args.json)  # fmt: skip
+        if args.command == "words":
+            return words_command(args.config, " ".join(args.terms))
+        if args.command == "serve":
+            return serve_command(args.config, args.host, args.port)
         return crawl_command(args.config, fresh=args.fresh, tui=False if args.no_tui else None)
     except ConfigError as exc:
         print(f"rccrawler: bad config: {exc}", file=sys.stderr)
@@ -191,17 +210,29 @@ def status_command(config: str, *, as_json: bool) -> int:
     from rccrawler.manager import STATE_FILE, load_settings, state_in_use
 
     _cls, settings = load_settings(config)
-    path = settings.state_dir / STATE_FILE
-    if not path.exists():
-        print(f"no saved crawl in {settings.state_dir}")
-        return EXIT_FAILED
-    running = state_in_use(settings.state_dir)
-    data = SQLiteDataManager(path, read_only=True)
+    data: DataManager
+    if settings.storage == "sqlite":
+        path = settings.state_dir / STATE_FILE
+        if not path.exists():
+            print(f"no saved crawl in {settings.state_dir}")
+            return EXIT_FAILED
+        running = state_in_use(settings.state_dir)
+        data = SQLiteDataManager(path, read_only=True)
+    else:
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        schema = schema_for(str(settings.state_dir))
+        if not PostgresDataManager.exists(settings.storage, schema):
+            print(f"no saved crawl for {settings.state_dir} in {settings.storage}")
+            return EXIT_FAILED
+        data = PostgresDataManager(settings.storage, schema)
+        running = False  # workers hold no lock file; leased pages tell (below)
     data.open()
     try:
         stats = data.statistics()
     finally:
         data.close()
+    running = running or any(h.running for h in stats.hosts)
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
     rows = [
         {
@@ -224,6 +255,74 @@ def status_command(config: str, *, as_json: bool) -> int:
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
             f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
         )
+    return EXIT_OK
+
+
+def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int:
+    """Ask the task named in the settings to answer a query from its saved index."""
+    from rccrawler.manager import load_settings
+
+    if not query.strip():
+        print("rccrawler search: a QUERY is required", file=sys.stderr)
+        return EXIT_USAGE
+    if limit < 1:
+        print("rccrawler search: --limit must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    manager_cls, settings = load_settings(config)
+    try:
+        hits = manager_cls.search(settings, query, limit)
+    except RCCrawlerError as exc:
+        if isinstance(exc, (ConfigError, StateError)):
+            raise
+        print(f"rccrawler search: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if hits is None:
+        print(f"rccrawler search: the task {manager_cls.__name__} has no search index "
+              "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    for rank, hit in enumerate(hits, 1):
+        if as_json:
+            print(json.dumps(hit, ensure_ascii=False))
+        else:
+            print(f"{rank}. {hit['title']}  ({hit['score']})\n   {hit['url']}")
+            if hit.get("summary"):
+                print(f"   {hit['summary']}")
+    if not hits and not as_json:
+        print("no hits")
+    return EXIT_OK
+
+
+def words_command(config: str, prefix: str) -> int:
+    """List the indexed words (starting with ``prefix``) with their document counts."""
+    from rccrawler.manager import load_settings
+
+    manager_cls, settings = load_settings(config)
+    found = manager_cls.words(settings, prefix)
+    if found is None:
+        print(f"rccrawler words: the task {manager_cls.__name__} has no search index "
+              "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    for word, count in found:
+        print(f"{word}\t{count}")
+    return EXIT_OK
+
+
+def serve_command(config: str, host: str, port: int) -> int:
+    """Run the search web page of the task named in the settings until Ctrl-C."""
+    from rccrawler.manager import load_settings
+
+    manager_cls, settings = load_settings(config)
+    try:
+        served = manager_cls.serve(settings, host, port)
+    except OSError as exc:
+        print(f"rccrawler serve: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_OK
+    if not served:
+        print(f"rccrawler serve: the task {manager_cls.__name__} has no search page "
+              "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     return EXIT_OK
 
 

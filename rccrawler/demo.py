@@ -1,4 +1,5 @@
-"""`rccrawler demo`: serve the bundled sample site on loopback, crawl it, print the report."""
+"""`rccrawler demo`: serve the bundled sample site on loopback, crawl and index it, print the
+report and a sample search."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from rccrawler.sample_sites import DEMO_HOST, demo_sites
 
 logger = logging.getLogger(__name__)
 
-DEMO_MANAGER = "plugins.webgraph.WebGraphManager"
+DEMO_MANAGER = "plugins.search.SearchManager"
+DEMO_QUERY = "parser OR robots*"
+"""The sample search printed after the crawl (the task is named by dotted path, SPEC §2)."""
 
 
 def demo_settings(output_dir: Path, resolve: dict[str, str]) -> dict[str, Any]:
@@ -64,4 +67,9 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         for name in ("nodes.csv", "arcs.csv", "graphml", "skipped.csv"):
             print(f"  {output_dir / f'{DEMO_HOST}.{name}'}")
         print(f"  {output_dir / 'report.json'}")
+        hits = manager_cls.search(settings, DEMO_QUERY, 3)
+        if hits is not None:
+            print(f"sample search for {DEMO_QUERY!r}, best {len(hits)}:")
+            for rank, hit in enumerate(hits, 1):
+                print(f"  {rank}. {hit['title']} ({hit['url']})")
     return code

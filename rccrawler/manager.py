@@ -155,6 +155,24 @@ class ApplicationManager:
         for index, path in enumerate(settings.unloaders or ()):
             load_class(f"unloaders[{index}]", path, ResultUnloader)
 
+    @classmethod
+    def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:
+        """Hook for ``rccrawler search``: ranked hits (url, title, summary, score) of a
+        query over the saved state. None (the default) means this task has no search."""
+        return None
+
+    @classmethod
+    def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]] | None:
+        """Hook for ``rccrawler words``: indexed words starting with ``prefix`` and their
+        document counts. None (the default) means this task has no index."""
+        return None
+
+    @classmethod
+    def serve(cls, settings: Settings, host: str, port: int) -> bool:
+        """Hook for ``rccrawler serve``: run the search web page until interrupted.
+        False (the default) means this task has no search page."""
+        return False
+
     # -- paths -------------------------------------------------------------
     @property
     def state_dir(self) -> Path:
@@ -172,9 +190,17 @@ class ApplicationManager:
 
     def create_data_manager(self) -> DataManager:
         """The storage backend named by ``storage:`` (SQLite unless a postgresql:// URL)."""
-        if self.settings.storage != "sqlite":
-            raise ConfigError("storage", "PostgreSQL storage is not available in this version")
         crawl = self.settings.crawl
+        if self.settings.storage != "sqlite":
+            from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+            return PostgresDataManager(
+                self.settings.storage,
+                schema_for(str(self.state_dir)),
+                max_pages=crawl.max_pages,
+                max_download_attempts=crawl.max_download_attempts,
+                max_redirects=crawl.max_redirects,
+            )
         return self.sqlite_data_manager_cls(
             self.state_dir / STATE_FILE,
             max_pages=crawl.max_pages,
@@ -192,9 +218,14 @@ class ApplicationManager:
             (state_dir / name).unlink(missing_ok=True)
 
     def lock_state(self) -> None:
-        """Take the state_dir lock, so a second process on the same state refuses to start."""
+        """Take the state_dir lock, so a second process on the same state refuses to start.
+
+        PostgreSQL storage is shared by design (SPEC §9): no exclusive lock then.
+        """
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
+            if self.settings.storage != "sqlite":
+                return
             handle = open(self.state_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
         except OSError as exc:
             raise StateError(f"cannot write the state directory {self.state_dir}: {exc}") from exc
@@ -395,5 +426,9 @@ class ApplicationManager:
     def fresh(cls, settings: Settings) -> None:
         """Discard the saved state of these settings (and their output)."""
         cls.discard_state(settings.state_dir)
+        if settings.storage != "sqlite":
+            from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+            PostgresDataManager.drop(settings.storage, schema_for(str(settings.state_dir)))
         if settings.output_dir.exists() and settings.output_dir.is_dir():
             shutil.rmtree(settings.output_dir, ignore_errors=True)

@@ -1,0 +1,24 @@
+"""The search crawl task: a field-weighted inverted index and Boolean queries (SPEC §7)."""
+
+from __future__ import annotations
+
+from plugins.search.content import Content, extract_content
+from plugins.search.index import IndexedDocument, SearchDataManager, build_document
+from plugins.search.manager import SearchManager
+from plugins.search.processing import TextProcessor
+from plugins.search.query import Hit, QueryError, QueryEvaluator
+from plugins.search.threads import IndexingParsingThread
+
+__all__ = [
+    "Content",
+    "Hit",
+    "IndexedDocument",
+    "IndexingParsingThread",
+    "QueryError",
+    "QueryEvaluator",
+    "SearchDataManager",
+    "SearchManager",
+    "TextProcessor",
+    "build_document",
+    "extract_content",
+]

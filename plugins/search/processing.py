@@ -1,0 +1,106 @@
+"""Content processor of the search task: letter runs, lowercase, stopwords, synonyms, stems."""
+
+from __future__ import annotations
+
+import re
+import threading
+from importlib import resources
+from pathlib import Path
+
+import snowballstemmer  # type: ignore[import-untyped]
+
+WORD = re.compile(r"[^\W\d_]+")
+"""A word is a run of letters: digits, underscores and punctuation split words."""
+
+DEFAULT_LANGUAGE = "english"
+
+
+def words(text: str) -> list[str]:
+    """The lowercase letter runs of ``text``, in order."""
+    return [match.group().lower() for match in WORD.finditer(text)]
+
+
+def _read_list(path: Path | None, default: str) -> list[list[str]]:
+    """Non-empty, non-comment lines of a word-list file, split into lowercase words."""
+    if path is None:
+        text = resources.files(__package__).joinpath(default).read_text(encoding="utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
+    lines = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0]
+        found = words(line)
+        if found:
+            lines.append(found)
+    return lines
+
+
+def load_stopwords(path: Path | None = None) -> frozenset[str]:
+    """Stopwords, several to a line allowed (the bundled ``stopwords.txt`` by default)."""
+    return frozenset(word for line in _read_list(path, "stopwords.txt") for word in line)
+
+
+def load_synonyms(path: Path | None = None) -> dict[str, str]:
+    """Synonym groups, one to a line: every word of a line maps to the line's first word."""
+    mapping: dict[str, str] = {}
+    for line in _read_list(path, "synonyms.txt"):
+        for word in line[1:]:
+            mapping[word] = line[0]
+    return mapping
+
+
+class TextProcessor:
+    """Turns text into index terms: words, minus stopwords, synonyms mapped, stemmed.
+
+    Thread-safe: each thread gets its own Snowball stemmer (they keep state).
+
+    Args:
+        stopwords: words dropped (compared before synonyms and stemming).
+        synonyms: word → the word it stands for.
+        language: a Snowball language (``snowballstemmer.algorithms()``).
+    """
+
+    def __init__(
+        self,
+        stopwords: frozenset[str] = frozenset(),
+        synonyms: dict[str, str] | None = None,
+        language: str = DEFAULT_LANGUAGE,
+    ) -> None:
+        if language not in snowballstemmer.algorithms():
+            raise ValueError(f"no Snowball stemmer for {language!r}")
+        self.stopwords = stopwords
+        self.synonyms = dict(synonyms or {})
+        self.language = language
+        self._local = threading.local()
+        # Synonyms apply to a word as written, else to its stem ("automobiles" → "car").
+        self._stem_synonyms = {self.stem(k): self.stem(v) for k, v in self.synonyms.items()}
+
+    @classmethod
+    def default(cls) -> TextProcessor:
+        """The bundled stopword and synonym lists, English stemming."""
+        return cls(load_stopwords(), load_synonyms())
+
+    def stem(self, word: str) -> str:
+        stemmer = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            stemmer = self._local.stemmer = snowballstemmer.stemmer(self.language)
+        result: str = stemmer.stemWord(word)
+        return result
+
+    def term(self, word: str) -> str | None:
+        """The index term of one lowercase word, or None for a stopword."""
+        if word in self.stopwords:
+            return None
+        if word in self.synonyms:
+            word = self.synonyms[word]
+            return None if word in self.stopwords else self.stem(word)
+        stem = self.stem(word)
+        return self._stem_synonyms.get(stem, stem)
+
+    def terms(self, text: str) -> list[str]:
+        """The index terms of a text, in order (stopwords left out)."""
+        return [t for t in map(self.term, words(text)) if t is not None]
+
+    def indexed_words(self, text: str) -> list[str]:
+        """The words of a text that reach the index (not stopwords), as written."""
+        return [w for w in words(text) if self.term(w) is not None]

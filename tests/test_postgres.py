@@ -1,0 +1,268 @@
+"""storage: postgresql:// (SPEC §9): the crawl rules hold, and several processes share one crawl."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_crawl
+from crawling import CrawlResult, CrawlRunner
+from webserver import Resource
+
+from plugins.webgraph import WebGraphManager
+from rccrawler.data.base import DataManager
+from rccrawler.sample_sites import generated_site
+from rccrawler.unloaders import host_file_stem
+
+psycopg = pytest.importorskip(
+    "psycopg", reason="psycopg is not installed (pip install .[postgres])"
+)
+
+PG_URL = "postgresql://127.0.0.1:5432/test"
+TESTS = Path(__file__).parent
+JITTER = test_crawl.JITTER
+
+
+def _reachable() -> bool:
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+# CI starts PostgreSQL (.ci/run): there an unreachable server fails the tests, never skips them.
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("CI") and not _reachable(), reason=f"PostgreSQL is not reachable at {PG_URL}"
+)
+
+
+class ShortLeaseManager(WebGraphManager):
+    """The web graph task with 1.5 s leases, so a killed worker's pages come back soon."""
+
+    def create_data_manager(self) -> DataManager:
+        from rccrawler.data.postgres import PostgresDataManager
+
+        data = super().create_data_manager()
+        assert isinstance(data, PostgresDataManager)
+        data.lease_s = 1.5
+        return data
+
+
+class PostgresRunner(CrawlRunner):
+    """CrawlRunner whose settings keep the crawl in PostgreSQL; drops its schemas after."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.schemas: set[str] = set()
+
+    def settings_file(self, sites: list[str], resolve: dict[str, str], **options: Any) -> Path:
+        options.setdefault("storage", PG_URL)
+        path = super().settings_file(sites, resolve, **options)
+        from rccrawler.data.postgres import schema_for
+        from rccrawler.manager import load_settings
+
+        self.schemas.add(schema_for(str(load_settings(path)[1].state_dir)))
+        return path
+
+    def drop(self) -> None:
+        from rccrawler.data.postgres import PostgresDataManager
+
+        for schema in self.schemas:
+            PostgresDataManager.drop(PG_URL, schema)
+
+
+@pytest.fixture
+def pg_crawler(tmp_path: Path):
+    runner = PostgresRunner(tmp_path / "pg")
+    yield runner
+    runner.drop()
+
+
+SCENARIOS = [
+    pytest.param(lambda s, c: test_crawl.test_breadth_first_order_by_level(s, c, 1), id="bfs-1"),
+    pytest.param(lambda s, c: test_crawl.test_breadth_first_order_by_level(s, c, 6), id="bfs-6"),
+    pytest.param(test_crawl.test_only_internal_http_links_are_followed, id="internal"),
+    pytest.param(test_crawl.test_redirects_replace_the_page_url, id="redirects"),
+    pytest.param(test_crawl.test_redirect_loops_and_long_chains_end_in_error, id="loops"),
+    pytest.param(test_crawl.test_identical_pages_collapse_and_arcs_point_to_the_first, id="dups"),
+    pytest.param(test_crawl.test_every_spelling_of_a_url_is_fetched_once, id="spellings"),
+    pytest.param(test_crawl.test_max_pages_holds, id="max_pages"),
+    pytest.param(test_crawl.test_robots_disallowed_urls_are_never_requested, id="robots"),
+    pytest.param(test_crawl.test_robots_503_means_nothing_else_is_requested, id="robots-503"),
+    pytest.param(test_crawl.test_crawl_delay_between_requests_to_one_host, id="delay"),
+    pytest.param(test_crawl.test_in_flight_requests_never_exceed_the_host_limit, id="in-flight"),
+    pytest.param(test_crawl.test_three_sites_at_once_each_get_their_own_graph, id="three-sites"),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_crawl_rules_hold_on_postgresql(serve, pg_crawler, scenario):
+    scenario(serve, pg_crawler)
+
+
+# -- several worker processes -----------------------------------------------------------
+
+
+def start_workers(path: Path, count: int) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", "rccrawler", "--config", str(path)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(count)
+    ]
+
+
+def wait_all(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    for worker in workers:
+        _out, err = worker.communicate(timeout=timeout)
+        assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
+
+
+def graph_by_url(result: CrawlResult, host: str) -> tuple[set[str], set[tuple[str, str]]]:
+    """A site's nodes and arcs as URLs, so two crawls compare whatever their page ids."""
+    graph = result.graph(host)
+    url_of = {int(n["id"]): n["url"] for n in graph.nodes}
+    return graph.urls, {(url_of[f], url_of[t]) for f, t in graph.arcs}
+
+
+def load_result(path: Path) -> CrawlResult:
+    from rccrawler.manager import load_settings
+
+    _manager_cls, settings = load_settings(path)
+    return CrawlResult(True, settings.output_dir, {}, None)  # type: ignore[arg-type]
+
+
+def test_three_workers_share_one_crawl(serve, pg_crawler, tmp_path):
+    site = generated_site("a.test", 600, fanout=5)
+    server = serve({"a.test": site})
+    path = pg_crawler.settings_file(
+        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 2},
+        crawl={"max_downloads_at_time": 4},
+    )  # fmt: skip
+    started = time.monotonic()
+    wait_all(start_workers(path, 3))
+    elapsed_3 = time.monotonic() - started
+    paths = Counter(server.paths_for("a.test"))
+    pages = [p for p in paths if p != "/robots.txt"]
+    assert len(pages) == 600
+    assert max(paths.values()) == 1, [p for p, n in paths.items() if n > 1][:10]
+    assert server.peak_in_flight["a.test"] <= 4
+    pg_nodes, pg_arcs = graph_by_url(load_result(path), "a.test")
+    status = subprocess.run(
+        [sys.executable, "-m", "rccrawler", "status", "--json", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    (site_status,) = json.loads(status.stdout)["sites"]
+    assert site_status["done"] == 600 and site_status["waiting"] == 0
+    assert site_status["stop_reason"] == "no waiting links left"
+
+    server.hits.clear()
+    started = time.monotonic()
+    single = CrawlRunner(tmp_path / "sqlite").run(
+        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 2},
+        crawl={"max_downloads_at_time": 4},
+    )  # fmt: skip
+    elapsed_1 = time.monotonic() - started
+    sqlite_nodes, sqlite_arcs = graph_by_url(single, "a.test")
+    assert len(sqlite_nodes) == 600
+    assert pg_nodes == sqlite_nodes
+    assert pg_arcs == sqlite_arcs
+    print(f"600 pages: 3 PostgreSQL workers {elapsed_3:.2f} s, 1 SQLite process {elapsed_1:.2f} s")
+
+
+def test_three_workers_keep_the_crawl_delay_and_the_host_limit(serve, pg_crawler):
+    server = serve({"a.test": generated_site("a.test", 40, fanout=4)})
+    path = pg_crawler.settings_file(
+        ["a.test"], server.resolve, threads={"downloading": 3, "parsing": 1},
+        crawl={"crawl_delay_ms": 100, "max_downloads_at_time": 2},
+    )  # fmt: skip
+    wait_all(start_workers(path, 3))
+    hits = server.hits_for("a.test")
+    assert len(hits) == 41  # robots.txt and every page, once
+    assert len({h.path for h in hits}) == 41
+    gaps = [b.at - a.at for a, b in itertools.pairwise(hits)]
+    assert min(gaps) >= 0.1 - JITTER, sorted(gaps)[:5]
+    assert server.peak_in_flight["a.test"] == 1  # a 100 ms delay serializes the requests
+
+
+def test_a_killed_worker_s_pages_are_fetched_again_after_its_lease(serve, pg_crawler):
+    site = generated_site("a.test", 60, fanout=4)
+    slow = {p: Resource(r.body, r.status, r.headers, delay=0.2) for p, r in site.items()}
+    server = serve({"a.test": slow})
+    path = pg_crawler.settings_file(
+        ["a.test"], server.resolve, manager="test_postgres.ShortLeaseManager",
+        threads={"downloading": 4, "parsing": 1}, crawl={"max_downloads_at_time": 4},
+    )  # fmt: skip
+    (victim,) = start_workers(path, 1)
+    deadline = time.monotonic() + 20
+    while len(server.hits_for("a.test")) < 8 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=5)  # reaps it and closes its pipe
+    killed_at = time.monotonic()
+    in_flight = {h.path for h in server.hits_for("a.test") if h.at > killed_at - 0.2}
+    assert in_flight, "the worker held no lease when it was killed"
+    wait_all(start_workers(path, 2))
+    hits = server.hits_for("a.test")
+    again = Counter(h.path for h in hits if h.at > killed_at)
+    before = Counter(h.path for h in hits if h.at <= killed_at)
+    # The pages in flight at the kill come back once their lease expired; no other
+    # page is fetched twice.
+    assert in_flight <= set(again)
+    assert max((before + again).values()) <= 2
+    assert all(before[p] == 1 for p, n in (before + again).items() if n == 2)
+    first_again = min(h.at for h in hits if h.at > killed_at and h.path in in_flight)
+    assert first_again >= killed_at + 1.0  # not before the lease (1.5 s) ran out
+    nodes, _arcs = graph_by_url(load_result(path), "a.test")
+    assert len(nodes) == 60
+    assert (load_result(path).output_dir / f"{host_file_stem('a.test')}.nodes.csv").exists()
+
+
+def test_stop_resume_identity_and_fresh(serve, pg_crawler):
+    server = serve({"a.test": generated_site("a.test", 300, fanout=5)})
+    path = pg_crawler.settings_file(["a.test"], server.resolve)
+    (worker,) = start_workers(path, 1)
+    deadline = time.monotonic() + 20
+    while len(server.hits) < 60 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    worker.send_signal(signal.SIGTERM)
+    _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert len(server.hits) < 301, "the crawl finished before it was stopped"
+    # Another crawl task on the same state is refused, and changes nothing.
+    other = path.with_name("other.yaml")
+    other.write_text(path.read_text() + "manager: test_postgres.ShortLeaseManager\n")
+    (refused,) = start_workers(other, 1)
+    _out, err = refused.communicate(timeout=30)
+    assert refused.returncode == 2
+    assert b"belongs to manager" in err and b"--fresh" in err
+    # Resuming repeats nothing (a clean stop leaves no page leased).
+    wait_all(start_workers(path, 1))
+    assert max(Counter(server.paths_for("a.test")).values()) == 1
+    nodes, _arcs = graph_by_url(load_result(path), "a.test")
+    assert len(nodes) == 300
+    # --fresh drops the crawl's schema: everything is fetched once more.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
+    fresh = subprocess.run(
+        [sys.executable, "-m", "rccrawler", "--config", str(path), "--fresh"],
+        env=env, capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr
+    assert set(Counter(server.paths_for("a.test")).values()) == {2}

@@ -1,0 +1,336 @@
+"""The search task (SPEC §7): content processing, weighting, every query operator, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from webserver import Resource
+
+from plugins.search import SearchManager, TextProcessor
+from plugins.search.content import extract_content
+from plugins.search.index import build_document, keyword_factor
+from plugins.search.processing import load_stopwords, load_synonyms, words
+from plugins.search.query import QueryError, tokenize
+from rccrawler.exceptions import ConfigError
+from rccrawler.manager import load_settings
+
+HOST = "s.test"
+BASE = f"http://{HOST}"
+MANAGER = "plugins.search.SearchManager"
+
+
+def page(title: str, body: str, keywords: str = "", headings: str = "") -> Resource:
+    meta = f'<meta name="keywords" content="{keywords}">' if keywords else ""
+    heading = f"<h2>{headings}</h2>" if headings else ""
+    return Resource(
+        f"<html><head><title>{title}</title>{meta}</head>"
+        f"<body>{heading}<p>{body}</p></body></html>".encode()
+    )
+
+
+# The corpus: every query below has an exactly known answer.
+CORPUS = {
+    "/p1.html": page("Apple pie recipe", "Bake the apple pie with cinnamon."),
+    "/p2.html": page("Banana bread", "A banana bread with apple slices and cinnamon."),
+    "/p3.html": page("Cherry tart", "A cherry tart from the orchard."),
+    "/p4.html": page("Orange juice", "Fresh orange juice, pie not included."),
+    "/p5.html": page("Pineapple salad", "Pineapple with mint."),
+    "/p6.html": page("Dessert notes", "A pie made of apple and pear."),
+    "/p7.html": page("Garage", "An automobile repair shop."),
+    # Weighting: the word in the title beats the word (twice) in the body ...
+    "/w1.html": page("Zebra facts", "Animals of Africa."),
+    "/w2.html": page("Animals", "The zebra, the zebra is striped."),
+    # ... headings beat the body, and stuffed meta keywords count for little.
+    "/w3.html": page("Savanna", "Tall necks.", headings="Giraffe"),
+    "/w4.html": page("Savanna two", "Giraffe necks are tall."),
+    "/w5.html": page("Plains", "Some okapi live here.", keywords="okapi, forest"),
+    "/w6.html": page("Plains two", "Some okapi live here.", keywords=", ".join(["okapi"] * 40)),
+    "/notes.txt": Resource(
+        b"Kangaroo habitat notes", headers=(("Content-Type", "text/plain; charset=utf-8"),)
+    ),
+    "/report.pdf": Resource(b"%PDF-1.4 \x00\x01", headers=(("Content-Type", "application/pdf"),)),
+}
+# The index page's anchors say only "more", a stopword, so it matches no query.
+INDEX = Resource(
+    (
+        "<html><head><title>Welcome</title></head><body>"
+        + "".join(f'<a href="{path}">more</a>' for path in CORPUS)
+        + "</body></html>"
+    ).encode()
+)
+
+
+@pytest.fixture
+def indexed(serve, crawler):
+    """Crawl the corpus with the search task; return its settings."""
+    server = serve({HOST: {"/": INDEX, **CORPUS}})
+    result = crawler.run([HOST], server.resolve, manager=MANAGER)
+    assert result.finished
+    return result.manager.settings
+
+
+def paths(settings, query: str) -> list[str]:
+    hits = SearchManager.search(settings, query, limit=100)
+    assert hits is not None
+    return [hit["url"].removeprefix(BASE) for hit in hits]
+
+
+# -- content processing ----------------------------------------------------------
+
+
+def test_words_are_lowercase_letter_runs():
+    assert words("Web-Crawler2024 robots.txt l'été_Ünïcode") == [
+        "web", "crawler", "robots", "txt", "l", "été", "ünïcode",
+    ]  # fmt: skip
+
+
+def test_stopwords_synonyms_and_stemming():
+    processor = TextProcessor.default()
+    assert "the" in load_stopwords() and load_synonyms()["automobile"] == "car"
+    assert processor.terms("The crawling of the Crawlers") == ["crawl", "crawler"]
+    assert processor.terms("automobiles") == processor.terms("car") == ["car"]
+    assert processor.terms("Movies and films") == ["film", "film"]
+    assert processor.terms("running runs") == ["run", "run"]
+
+
+def test_word_lists_from_files(tmp_path):
+    (tmp_path / "stop.txt").write_text("# comment\nzebra\n", encoding="utf-8")
+    (tmp_path / "syn.txt").write_text("horse pony, stallion\n", encoding="utf-8")
+    processor = TextProcessor(
+        load_stopwords(tmp_path / "stop.txt"), load_synonyms(tmp_path / "syn.txt")
+    )
+    assert processor.terms("the zebra ponies stallion") == ["the", "hors", "hors"]
+
+
+def test_content_filters_by_type():
+    html = extract_content(
+        "http://x.test/a.html",
+        b'<title>T</title><meta name="description" content="D"><h1>H</h1><p>Body</p>',
+        "text/html",
+    )
+    assert (html.title, html.summary, html.headings, html.text) == ("T", "D", ("H",), "H Body")
+    text = extract_content("http://x.test/dir/read%20me.txt", b"Plain  words", "text/plain")
+    assert (text.title, text.text) == ("read me.txt", "Plain words")
+    other = extract_content("http://x.test/files/report.pdf?x=1", b"%PDF", "application/pdf")
+    assert (other.title, other.text) == ("report.pdf", "")
+
+
+def test_keyword_stuffing_shrinks_the_keyword_weight():
+    assert keyword_factor(["a", "b"]) == 1.0
+    assert keyword_factor(["a"] * 40) < 0.01
+    processor = TextProcessor.default()
+    honest = build_document(
+        extract_content("u", b"<meta name=keywords content=okapi>", "text/html"), processor
+    )
+    stuffed = build_document(
+        extract_content(
+            "u", b"<meta name=keywords content='" + b"okapi," * 40 + b"'>", "text/html"
+        ),
+        processor,
+    )
+    assert stuffed.postings["okapi"].weight < honest.postings["okapi"].weight
+
+
+def test_query_tokens():
+    assert tokenize('a AND (b OR c*) NOT "x y" d') == [
+        ("word", "a"), ("AND", "AND"), ("(", "("), ("word", "b"), ("OR", "OR"),
+        ("word", "c*"), (")", ")"), ("NOT", "NOT"), ("phrase", "x y"), ("word", "d"),
+    ]  # fmt: skip
+
+
+# -- the crawled index -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("apple", {"/p1.html", "/p2.html", "/p6.html"}),
+        ("apple AND cinnamon", {"/p1.html", "/p2.html"}),
+        ("apple cinnamon", {"/p1.html", "/p2.html"}),  # implicit AND
+        ("banana OR cherry", {"/p2.html", "/p3.html"}),
+        ("pie NOT apple", {"/p4.html"}),
+        ("pie AND NOT apple", {"/p4.html"}),
+        ("(banana OR orange) juice", {"/p4.html"}),
+        ("(banana OR cherry) NOT (tart OR orange)", {"/p2.html"}),
+        ("NOT (apple OR pie OR cherry OR banana)", None),  # checked below
+        ("pine*", {"/p5.html"}),
+        ("app*", {"/p1.html", "/p2.html", "/p6.html"}),
+        ("cherr* OR orang*", {"/p3.html", "/p4.html"}),
+        ('"apple pie"', {"/p1.html"}),
+        ("apple pie", {"/p1.html", "/p6.html"}),
+        ('"pie apple"', set()),
+        ("baking", {"/p1.html"}),  # stemming: Bake
+        ("cars", {"/p7.html"}),  # synonym automobile → car, stemmed
+        ("the", set()),  # only a stopword
+        ("kangaroo", {"/notes.txt"}),
+        ("report pdf", {"/report.pdf"}),
+    ],
+)
+def test_operators_on_a_known_corpus(indexed, query, expected):
+    found = paths(indexed, query)
+    assert len(found) == len(set(found))
+    if expected is None:
+        everything = {"/", *CORPUS}
+        expected = everything - {"/p1.html", "/p2.html", "/p3.html", "/p4.html", "/p6.html"}
+    assert set(found) == expected
+
+
+def test_ranking_by_location(indexed):
+    assert paths(indexed, "apple")[0] == "/p1.html"  # in the title
+    assert paths(indexed, "zebra") == ["/w1.html", "/w2.html"]  # title > body (twice)
+    assert paths(indexed, "giraffe") == ["/w3.html", "/w4.html"]  # heading > body
+    assert paths(indexed, "okapi") == ["/w5.html", "/w6.html"]  # stuffed keywords lose
+
+
+def test_hits_carry_url_title_summary_and_the_graph_is_written(indexed):
+    hits = SearchManager.search(indexed, "kangaroo OR report", limit=10)
+    by_url = {hit["url"]: hit for hit in hits or []}
+    assert by_url[f"{BASE}/notes.txt"]["title"] == "notes.txt"
+    assert by_url[f"{BASE}/notes.txt"]["summary"] == "Kangaroo habitat notes"
+    assert by_url[f"{BASE}/report.pdf"]["title"] == "report.pdf"
+    (hit,) = SearchManager.search(indexed, "orchard", limit=10) or []
+    assert hit["title"] == "Cherry tart" and hit["summary"] == "A cherry tart from the orchard."
+    assert hit["score"] > 0
+    assert len(SearchManager.search(indexed, "apple", limit=2) or []) == 2
+    assert (indexed.output_dir / f"{HOST}.nodes.csv").exists()
+    assert (indexed.output_dir / f"{HOST}.graphml").exists()
+    with pytest.raises(QueryError):
+        SearchManager.search(indexed, "(apple", limit=10)
+
+
+def test_words_with_document_counts(indexed):
+    assert SearchManager.words(indexed, "app") == [("apple", 3)]
+    assert dict(SearchManager.words(indexed) or [])["pie"] == 3
+
+
+# -- settings and the command line -----------------------------------------------
+
+
+def test_search_settings_are_validated(tmp_path):
+    base = {"manager": MANAGER, "sites": ["a.test"], "state_dir": str(tmp_path / "s")}
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({**base, "search": {"colour": "red"}}))
+    with pytest.raises(ConfigError, match=r"search\.colour"):
+        load_settings(path)
+    path.write_text(yaml.safe_dump({**base, "search": {"language": "klingon"}}))
+    with pytest.raises(ConfigError, match=r"search\.language"):
+        load_settings(path)
+    path.write_text(yaml.safe_dump({**base, "search": {"stopwords": "missing.txt"}}))
+    with pytest.raises(ConfigError, match=r"search\.stopwords"):
+        load_settings(path)
+    (tmp_path / "stop.txt").write_text("zebra\n")
+    path.write_text(yaml.safe_dump({**base, "search": {"stopwords": "stop.txt"}}))
+    load_settings(path)  # relative to the settings file
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rccrawler", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_search_and_words(indexed, tmp_path):
+    config = str(indexed.source)
+    proc = _cli("search", "--config", config, "apple OR zebra", "--json", "--limit", "3")
+    assert proc.returncode == 0, proc.stderr
+    hits = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(hits) == 3
+    assert set(hits[0]) == {"url", "title", "summary", "score"}
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    proc = _cli("search", "--config", config, '"apple', 'pie"')
+    assert proc.returncode == 0 and proc.stdout.startswith("1. Apple pie recipe"), proc.stdout
+    proc = _cli("words", "--config", config, "pi")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["pie\t3", "pineapple\t1"]
+    proc = _cli("search", "--config", config, "(apple")
+    assert proc.returncode == 2 and "not closed" in proc.stderr
+    webgraph = tmp_path / "webgraph.yaml"
+    webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(indexed.state_dir)}))
+    proc = _cli("search", "--config", str(webgraph), "apple")
+    assert proc.returncode == 2 and "has no search index" in proc.stderr
+
+
+# -- the web page ----------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_web_page_ranks_pages_and_searches_within(indexed):
+    # CI installs both (.ci/run): there a missing browser is a failure, not a skip.
+    if os.environ.get("CI"):
+        import playwright.sync_api as sync_api
+
+        assert Path(CHROMIUM).exists(), "CI must install Debian's chromium"
+    else:
+        sync_api = pytest.importorskip("playwright.sync_api")
+        if not Path(CHROMIUM).exists():
+            pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    from plugins.search.web import SearchHTTPServer, running_server
+
+    with (
+        SearchManager.open_index(indexed) as data,
+        running_server(
+            SearchHTTPServer(("127.0.0.1", 0), data, TextProcessor.default(), page_size=2)
+        ) as server,
+        sync_api.sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox"]
+        )
+        try:
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{server.server_port}/")
+            page.fill("input[name=q]", "apple OR pie")
+            page.click("button[type=submit]")
+            # apple: p1 p2 p6; pie: p1 p4 p6 → four hits, two to a page, best first.
+            assert page.inner_text("#count").startswith("Results 1–2 of 4")
+            assert page.locator(".hit .title").first.inner_text() == "Apple pie recipe"
+            assert page.locator(".hit .url").first.inner_text() == f"{BASE}/p1.html"
+            assert "cinnamon" in page.locator(".hit .summary").first.inner_text()
+            seen = page.locator(".hit .url").all_inner_texts()
+            page.click("a[rel=next]")
+            assert page.inner_text("#count").startswith("Results 3–4 of 4")
+            seen += page.locator(".hit .url").all_inner_texts()
+            assert {u.removeprefix(BASE) for u in seen} == {
+                "/p1.html", "/p2.html", "/p4.html", "/p6.html",
+            }  # fmt: skip
+            assert page.locator("a[rel=next]").count() == 0
+            # Search within these results: (apple OR pie) AND cinnamon.
+            page.fill("input[name=q]", "cinnamon")
+            page.check("#cascade")
+            page.click("button[type=submit]")
+            assert "Results 1–2 of 2" in page.inner_text("#count")
+            urls = {u.removeprefix(BASE) for u in page.locator(".hit .url").all_inner_texts()}
+            assert urls == {"/p1.html", "/p2.html"}
+            page.fill("input[name=q]", "(apple")
+            page.click("button[type=submit]")
+            assert "not closed" in page.inner_text(".error")
+        finally:
+            browser.close()
+
+
+def test_cli_serve_answers_and_other_tasks_refuse(indexed, tmp_path):
+    with subprocess.Popen(
+        [sys.executable, "-m", "rccrawler", "serve", "--config", str(indexed.source),
+         "--port", "0"],
+        stdout=subprocess.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().split()[3]
+            with urllib.request.urlopen(url + "?q=orchard", timeout=10) as response:
+                body = response.read().decode()
+            assert "Cherry tart" in body and f"{BASE}/p3.html" in body
+        finally:
+            proc.terminate()
+    webgraph = tmp_path / "webgraph.yaml"
+    webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(tmp_path)}))
+    done = _cli("serve", "--config", str(webgraph), "--port", "0")
+    assert done.returncode == 2 and "has no search page" in done.stderr
