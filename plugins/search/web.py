@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from plugins.search.query import QueryEvaluator
 from rccrawler.exceptions import RCCrawlerError
+from rccrawler.loopback import serving
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -154,11 +154,5 @@ class _Handler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def running_server(server: SearchHTTPServer) -> Iterator[SearchHTTPServer]:
     """Serve in a background thread until the block ends (tests, embedding)."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(server, "search-page") as running:
+        yield running

@@ -22,6 +22,32 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
+def check_state_identity(meta: dict[str, str], manager: str, storage: str, where: str) -> None:
+    """Compare a saved state's identity with the settings' (shared by the backends).
+
+    Raises:
+        StateError: another schema version, manager or storage, with a hint to --fresh.
+    """
+    from rccrawler.exceptions import StateError
+
+    for key, expected, what in (
+        ("schema_version", str(SCHEMA_VERSION), "was written by schema version"),
+        ("manager", manager, "belongs to manager"),
+        ("storage", storage, "was kept in storage"),
+    ):
+        found = meta.get(key)
+        if found != expected:
+            shown = found if key == "schema_version" else repr(found)
+            wanted = (
+                f"this rccrawler uses {expected}"
+                if key == "schema_version"
+                else f"the settings name {expected!r}"
+            )
+            raise StateError(
+                f"the state in {where} {what} {shown}, {wanted}; run with --fresh to start over"
+            )
+
+
 class DataManager(ABC):
     """The only channel between threads. Every public method is atomic.
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 from psycopg import sql
 
-from rccrawler.data.base import SCHEMA_VERSION, DataManager
+from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.data.sqlite import (
     _PAGE_COLUMNS,
     BLOCKED_BY_ROBOTS,
@@ -301,23 +301,7 @@ class PostgresDataManager(DataManager):
                      ("storage", storage), ("created", str(self.clock()))],
                 )  # fmt: skip
                 return
-        where = f"schema {self.schema} of {self.url}"
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise StateError(
-                f"the state in {where} was written by schema version "
-                f"{meta.get('schema_version')}, this rccrawler uses {SCHEMA_VERSION}; "
-                "run with --fresh to start over"
-            )
-        if meta.get("manager") != manager:
-            raise StateError(
-                f"the state in {where} belongs to manager {meta.get('manager')!r}, "
-                f"the settings name {manager!r}; run with --fresh to start over"
-            )
-        if meta.get("storage") != storage:
-            raise StateError(
-                f"the state in {where} was kept in storage {meta.get('storage')!r}, "
-                f"the settings name {storage!r}; run with --fresh to start over"
-            )
+        check_state_identity(meta, manager, storage, f"schema {self.schema} of {self.url}")
 
     def recover(self) -> int:
         """Queue again the pages whose lease expired (their worker died).

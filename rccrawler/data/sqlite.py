@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rccrawler.data.base import SCHEMA_VERSION, DataManager
+from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.exceptions import StateError
 from rccrawler.records import (
     CrawlStats,
@@ -355,22 +355,7 @@ class SQLiteDataManager(DataManager):
                      ("storage", storage), ("created", str(self.clock()))],
                 )  # fmt: skip
                 return
-        if meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise StateError(
-                f"the state in {self.path.parent} was written by schema version "
-                f"{meta.get('schema_version')}, this rccrawler uses {SCHEMA_VERSION}; "
-                "run with --fresh to start over"
-            )
-        if meta.get("manager") != manager:
-            raise StateError(
-                f"the state in {self.path.parent} belongs to manager {meta.get('manager')!r}, "
-                f"the settings name {manager!r}; run with --fresh to start over"
-            )
-        if meta.get("storage") != storage:
-            raise StateError(
-                f"the state in {self.path.parent} was kept in storage {meta.get('storage')!r}, "
-                f"the settings name {storage!r}; run with --fresh to start over"
-            )
+        check_state_identity(meta, manager, storage, str(self.path.parent))
 
     def recover(self) -> int:
         with self._atomic() as db:
