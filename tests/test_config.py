@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
+
+from rccrawler.manager import ApplicationManager, load_settings
 
 GOOD = {"sites": ["a.test"], "crawl": {"crawl_delay_ms": 0}}
 
@@ -66,3 +69,13 @@ def test_missing_config_file_exits_2(tmp_path):
     proc = run_cli("--config", str(tmp_path / "nope.yaml"), cwd=tmp_path)
     assert proc.returncode == 2
     assert "--config: no such file" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "example",
+    sorted((Path(__file__).parent.parent / "config").glob("*.yaml")),
+    ids=lambda p: p.name,
+)
+def test_the_example_settings_files_are_valid(example):
+    manager_cls, settings = load_settings(example)
+    assert settings.sites and issubclass(manager_cls, ApplicationManager)
