@@ -192,8 +192,12 @@ class ApplicationManager:
         """The storage backend named by ``storage:`` (SQLite unless a postgresql:// URL)."""
         crawl = self.settings.crawl
         if self.settings.storage != "sqlite":
-            from rccrawler.data.postgres import PostgresDataManager, schema_for
-
+            try:
+                from rccrawler.data.postgres import PostgresDataManager, schema_for
+            except ImportError as exc:
+                raise ConfigError(
+                    "storage", f"needs psycopg: pip install 'rccrawler[postgres]' ({exc})"
+                ) from exc
             return PostgresDataManager(
                 self.settings.storage,
                 schema_for(str(self.state_dir)),
