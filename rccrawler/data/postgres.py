@@ -18,12 +18,12 @@ import psycopg
 from psycopg import sql
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
-from rccrawler.data.sqlite import (
-    _PAGE_COLUMNS,
+from rccrawler.data.rows import (
     BLOCKED_BY_ROBOTS,
-    _is_html,
-    _page,
-    _throttled_delay,
+    PAGE_COLUMNS,
+    is_html,
+    page_from_row,
+    throttled_delay,
 )
 from rccrawler.exceptions import StateError
 from rccrawler.records import (
@@ -571,14 +571,14 @@ class PostgresDataManager(DataManager):
             return None  # another worker holds the host, or it is not due any more
         data = _host(row)
         cur.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
             "ORDER BY level, id LIMIT 1 FOR UPDATE SKIP LOCKED",
             (host,),
         )
         found = cur.fetchone()
         if found is None:
             return None
-        page = _page(found)
+        page = page_from_row(found)
         # Breadth-first barrier, across every worker: no page two levels below one
         # still in progress anywhere.
         cur.execute(f"SELECT min(level) FROM pages WHERE host = %s AND state IN {_LEASED}", (host,))
@@ -634,14 +634,14 @@ class PostgresDataManager(DataManager):
             raise KeyError(host_name)
         host, admitted, now = _host(locked[:-2]), int(locked[-2]), float(locked[-1])
         cur.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
             "AND state = ANY(%s) FOR UPDATE",
             (page_id, self.owner, list(states)),
         )
         found = cur.fetchone()
         if found is None:
             raise _LeaseLost(page_id)
-        return _page(found), host, admitted, now
+        return page_from_row(found), host, admitted, now
 
     def _release(self, cur: Cursor, host: HostData) -> None:
         """Give back a download lease (an in-flight slot of the host)."""
@@ -662,7 +662,7 @@ class PostgresDataManager(DataManager):
                 host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
                 changed = True
             if result.throttle and result.status is not None:
-                delay = _throttled_delay(host, result.elapsed, ok=result.status == 200)
+                delay = throttled_delay(host, result.elapsed, ok=result.status == 200)
                 if delay != host.crawl_delay:
                     host.crawl_delay = delay
                     changed = True
@@ -691,7 +691,7 @@ class PostgresDataManager(DataManager):
             if changed:
                 self._save_host_politeness(cur, host)
             status = result.status or 0
-            if status != 200 or not _is_html(result.content_type):
+            if status != 200 or not is_html(result.content_type):
                 state, error = (
                     (PageState.SKIPPED, SkipReason.NOT_HTML.value)
                     if 200 <= status < 300
@@ -994,7 +994,7 @@ class PostgresDataManager(DataManager):
         while True:
             with self._atomic() as cur:
                 cur.execute(
-                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = %s AND id > %s "
+                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND id > %s "
                     "ORDER BY id LIMIT 2000",
                     (host, last),
                 )
@@ -1002,7 +1002,7 @@ class PostgresDataManager(DataManager):
             if not rows:
                 return
             for row in rows:
-                yield _page(row)
+                yield page_from_row(row)
             last = int(rows[-1][0])
 
     def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:

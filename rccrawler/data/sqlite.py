@@ -12,9 +12,15 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
+from rccrawler.data.rows import (
+    BLOCKED_BY_ROBOTS,
+    PAGE_COLUMNS,
+    is_html,
+    page_from_row,
+    throttled_delay,
+)
 from rccrawler.exceptions import StateError
 from rccrawler.records import (
     CrawlStats,
@@ -75,45 +81,7 @@ CREATE TABLE IF NOT EXISTS skipped (
 ) WITHOUT ROWID;
 """
 
-_PAGE_COLUMNS = (
-    "id, host, url, normalized_url, id_from, level, out_degree, state, downloaded, parsed, "
-    "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
-    "redirect_target, redirect_hops, bytes, truncated, referer"
-)
-
-BLOCKED_BY_ROBOTS = "robots.txt"
-"""How the stop reason of a host whose robots.txt forbids everything starts."""
-
 _IN_PROGRESS = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
-
-
-def _page(row: tuple[Any, ...]) -> PageData:
-    (pid, host, url, norm, id_from, level, out_degree, state, downloaded, parsed, status,
-     ctype, chash, error, replace_id, attempts, target, hops, size, truncated,
-     referer) = row  # fmt: skip
-    return PageData(
-        id=PageId(pid),
-        host=host,
-        url=url,
-        normalized_url=norm,
-        id_from=PageId(id_from) if id_from is not None else None,
-        level=level,
-        out_degree=out_degree,
-        state=PageState(state),
-        downloaded=bool(downloaded),
-        parsed=bool(parsed),
-        http_status=status,
-        content_type=ctype,
-        content_hash=chash,
-        error_code=error,
-        replace_id=PageId(replace_id) if replace_id is not None else None,
-        download_attempts=attempts,
-        redirect_target=target,
-        redirect_hops=hops,
-        bytes=size,
-        truncated=bool(truncated),
-        referer=referer,
-    )
 
 
 def _host_to_json(host: HostData) -> str:
@@ -539,13 +507,13 @@ class SQLiteDataManager(DataManager):
                     self._due_in = min(self._due_in, due - now)
                     continue
                 row = self.db.execute(
-                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
+                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
                     "ORDER BY level, id LIMIT 1",
                     (host.host,),
                 ).fetchone()
                 if row is None:
                     continue
-                page = _page(row)
+                page = page_from_row(row)
                 # Breadth-first barrier: a page two levels below one still in
                 # progress would be fetched before links its parent's level
                 # has not produced yet.
@@ -590,11 +558,11 @@ class SQLiteDataManager(DataManager):
 
     def _load_page(self, page_id: PageId) -> PageData:
         row = self.db.execute(
-            f"SELECT {_PAGE_COLUMNS} FROM pages WHERE id = ?", (page_id,)
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = ?", (page_id,)
         ).fetchone()
         if row is None:
             raise KeyError(page_id)
-        return _page(row)
+        return page_from_row(row)
 
     def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
         with self._atomic() as db:
@@ -611,7 +579,7 @@ class SQLiteDataManager(DataManager):
                 host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
                 self._save_host(host)
             if result.throttle and result.status is not None:
-                delay = _throttled_delay(host, result.elapsed, ok=result.status == 200)
+                delay = throttled_delay(host, result.elapsed, ok=result.status == 200)
                 if delay != host.crawl_delay:
                     host.crawl_delay = delay
                     self._save_host(host)
@@ -643,7 +611,7 @@ class SQLiteDataManager(DataManager):
                     self._finish(page, counters, PageState.ERROR, error)
                 return
             status = result.status or 0
-            if status != 200 or not _is_html(result.content_type):
+            if status != 200 or not is_html(result.content_type):
                 state, error = (
                     (PageState.SKIPPED, SkipReason.NOT_HTML.value)
                     if 200 <= status < 300
@@ -895,14 +863,14 @@ class SQLiteDataManager(DataManager):
         while True:
             with self._lock:
                 rows = self.db.execute(
-                    f"SELECT {_PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
+                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
                     "ORDER BY id LIMIT 2000",
                     (host, last),
                 ).fetchall()
             if not rows:
                 return
             for row in rows:
-                yield _page(row)
+                yield page_from_row(row)
             last = int(rows[-1][0])
 
     def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
@@ -952,31 +920,3 @@ class SQLiteDataManager(DataManager):
                 return
             yield from rows
             last = rows[-1][0]
-
-
-AUTO_THROTTLE_TARGET_CONCURRENCY = 1.0
-"""Requests a host should have in flight on average under ``crawl.auto_throttle``."""
-AUTO_THROTTLE_MAX_DELAY = 60.0
-"""The longest delay auto-throttle sets (a slower robots Crawl-delay still wins)."""
-
-
-def _throttled_delay(host: HostData, latency: float, *, ok: bool) -> float:
-    """The host's next crawl delay under ``crawl.auto_throttle`` (Scrapy's AutoThrottle).
-
-    A server that needs ``latency`` seconds per answer gets one request every
-    ``latency / concurrency`` seconds: the delay moves halfway there, or all the way
-    up when the server got slower. An error answer never lowers it (error pages are
-    small and fast, and say nothing about load). Never below ``min_crawl_delay``.
-    """
-    target = latency / AUTO_THROTTLE_TARGET_CONCURRENCY
-    delay = max(target, (host.crawl_delay + target) / 2)
-    ceiling = max(AUTO_THROTTLE_MAX_DELAY, host.min_crawl_delay)
-    delay = min(max(host.min_crawl_delay, delay), ceiling)
-    if not ok and delay < host.crawl_delay:
-        return host.crawl_delay
-    return delay
-
-
-def _is_html(content_type: str) -> bool:
-    mime = content_type.split(";", 1)[0].strip().lower()
-    return mime in ("text/html", "application/xhtml+xml")
