@@ -197,6 +197,23 @@ def stop_command(config: str) -> int:
     from rccrawler.manager import STOP_FILE, load_settings
 
     _cls, settings = load_settings(config)
+    if settings.storage != "sqlite":
+        # Workers may run on other machines: the request goes through the database.
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        schema = schema_for(str(settings.state_dir))
+        if not PostgresDataManager.exists(settings.storage, schema):
+            print(f"rccrawler stop: no crawl for {settings.state_dir} in {settings.storage}",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
+        data = PostgresDataManager(settings.storage, schema)
+        data.open()
+        try:
+            data.request_stop()
+        finally:
+            data.close()
+        print(f"stop requested for every worker of the crawl {settings.state_dir}")
+        return EXIT_OK
     if not settings.state_dir.exists():
         print(f"rccrawler stop: no crawl state in {settings.state_dir}", file=sys.stderr)
         return EXIT_FAILED

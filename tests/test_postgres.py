@@ -266,3 +266,27 @@ def test_stop_resume_identity_and_fresh(serve, pg_crawler):
     )  # fmt: skip
     assert fresh.returncode == 0, fresh.stderr
     assert set(Counter(server.paths_for("a.test")).values()) == {2}
+
+
+def test_rccrawler_stop_reaches_every_worker_through_the_database(serve, pg_crawler):
+    site = generated_site("a.test", 300, fanout=5)
+    server = serve({"a.test": site})
+    path = pg_crawler.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 20})
+    workers = start_workers(path, 2)
+    deadline = time.monotonic() + 30
+    while len(server.hits) < 20:
+        assert time.monotonic() < deadline, "the workers did not start crawling"
+        time.sleep(0.01)
+    stop = subprocess.run([sys.executable, "-m", "rccrawler", "stop", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert stop.returncode == 0, stop.stderr
+    assert "every worker" in stop.stdout
+    wait_all(workers)  # both exit 0 on their own, within a few seconds
+    stopped_at = len(server.hits)
+    assert stopped_at < 250
+    # A worker started after the request is not stopped by it: it finishes the crawl.
+    wait_all(start_workers(path, 1))
+    paths = Counter(server.paths_for("a.test"))
+    assert len([p for p in paths if p != "/robots.txt"]) == 300
+    assert max(paths.values()) == 1, "a clean stop hands back its leases: nothing twice"
+    assert len(graph_by_url(load_result(path), "a.test")[0]) == 300

@@ -154,6 +154,17 @@ class DataManager(ABC):
     ) -> None:
         """Queue the new internal links, add arcs, record skipped links, end the page."""
 
+    # -- stopping from outside ----------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask every process of this crawl to stop (``rccrawler stop``).
+
+        No-op by default: a single-process crawl is stopped through its stop file.
+        """
+
+    def stop_requested(self) -> bool:
+        """Whether a stop was requested after this DataManager was opened."""
+        return False
+
     # -- waiting ---------------------------------------------------------------
     def wait_for_work(self, timeout: float, kind: str = "") -> None:
         """Block until there may be work of ``kind`` (``download`` or ``parse``), or ``timeout``.

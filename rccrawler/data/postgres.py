@@ -154,6 +154,8 @@ class PostgresDataManager(DataManager):
     """How long a dead worker's pages stay leased; live workers renew every third of it."""
     stats_max_age: ClassVar[float] = 0.25
     """Seconds a statistics() snapshot is reused: the aggregate runs at most this often."""
+    stop_poll_s: ClassVar[float] = 1.0
+    """Seconds between two looks for a stop request (``rccrawler stop``)."""
 
     def __init__(
         self,
@@ -190,6 +192,10 @@ class PostgresDataManager(DataManager):
         self._pending_bytes = 0
         self._stats: CrawlStats | None = None
         self._stats_at = 0.0
+        self._opened_at = 0.0
+        """Database clock when this process opened the state: later stop requests are for it."""
+        self._stop_checked_at = -1e9
+        self._stop_seen = False
         self._robots_pending = 1
         self._next_try = 0.0
         """time.monotonic() before which take_for_download need not ask the database."""
@@ -219,6 +225,8 @@ class PostgresDataManager(DataManager):
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
+        with self._transaction() as cur:
+            self._opened_at = self._now(cur)
 
     def close(self) -> None:
         with self._lock:
@@ -234,6 +242,26 @@ class PostgresDataManager(DataManager):
                 )
             self._conn.close()
             self._conn = None
+
+    def request_stop(self) -> None:
+        with self._atomic() as cur:
+            cur.execute(
+                "INSERT INTO meta VALUES ('stop_requested', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (repr(self._now(cur)),),
+            )
+
+    def stop_requested(self) -> bool:
+        # Workers started after the request carry on: it was meant for those running then.
+        now = time.monotonic()
+        if now - self._stop_checked_at < self.stop_poll_s:
+            return self._stop_seen
+        self._stop_checked_at = now
+        with self._atomic() as cur:
+            cur.execute("SELECT value FROM meta WHERE key = 'stop_requested'")
+            row = cur.fetchone()
+        self._stop_seen = row is not None and float(row[0]) >= self._opened_at
+        return self._stop_seen
 
     @classmethod
     def exists(cls, url: str, schema: str) -> bool:

@@ -63,8 +63,8 @@ class RoutineThread(CrawlerThread):
         if now - self._last_trim >= self.trim_every:
             release_memory()
             self._last_trim = now
-        if self.manager.stop_file.exists():
-            logger.info("stop requested by %s", self.manager.stop_file)
+        if self.manager.stop_file.exists() or self.data.stop_requested():
+            logger.info("stop requested (rccrawler stop)")
             self.manager.request_stop("stop requested")
             return True
         if self._errors_seen is None:
