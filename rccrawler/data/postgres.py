@@ -21,6 +21,7 @@ from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identit
 from rccrawler.data.rows import (
     BLOCKED_BY_ROBOTS,
     PAGE_COLUMNS,
+    PagedReads,
     is_html,
     page_from_row,
     throttled_delay,
@@ -128,7 +129,7 @@ def _host(row: Row) -> HostData:
     return HostData(**raw)
 
 
-class PostgresDataManager(DataManager):
+class PostgresDataManager(PagedReads, DataManager):
     """A DataManager in a PostgreSQL schema, shared by every worker process of a crawl.
 
     One connection guarded by one lock (the threads of a process share it), one
@@ -1017,68 +1018,12 @@ class PostgresDataManager(DataManager):
                 (reason, self.clock(), host),
             )
 
-    def iter_pages(self, host: str) -> Iterator[PageData]:
-        last = 0
-        while True:
-            with self._atomic() as cur:
-                cur.execute(
-                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND id > %s "
-                    "ORDER BY id LIMIT 2000",
-                    (host, last),
-                )
-                rows = cur.fetchall()
-            if not rows:
-                return
-            for row in rows:
-                yield page_from_row(row)
-            last = int(rows[-1][0])
+    text_order = ' COLLATE "C"'
 
-    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
-        # As in SQLite: an arc to a duplicate or a redirect alias points to the
-        # page it stands for; only arcs between nodes are part of the graph.
-        query = """
-            SELECT DISTINCT a.from_id, f.id FROM arcs a
-            JOIN pages t ON t.id = a.to_id
-            LEFT JOIN pages u ON u.id = t.replace_id
-            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
-            WHERE a.host = %s AND a.from_id > %s AND a.from_id <= %s AND f.state = 'done'
-              AND f.http_status = 200 AND f.replace_id IS NULL
-            ORDER BY a.from_id, f.id
-        """
-        last_from = 0
-        while True:
-            with self._atomic() as cur:
-                cur.execute(
-                    "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
-                    "WHERE host = %s AND from_id > %s ORDER BY from_id LIMIT 200) AS chunk",
-                    (host, last_from),
-                )
-                bound = (cur.fetchone() or (None,))[0]
-                if bound is None:
-                    return
-                cur.execute(query, (host, last_from, bound))
-                rows = cur.fetchall()
-            for from_id, to_id in rows:
-                yield PageId(from_id), PageId(to_id)
-            last_from = bound
-
-    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
-        last = ""
-        while True:
-            with self._atomic() as cur:
-                cur.execute(
-                    "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
-                    "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = %s "
-                    'AND s.url COLLATE "C" > %s '
-                    "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
-                    'ORDER BY s.url COLLATE "C" LIMIT 2000',
-                    (host, last),
-                )
-                rows = cur.fetchall()
-            if not rows:
-                return
-            yield from rows
-            last = rows[-1][0]
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._atomic() as cur:
+            cur.execute(query.replace("?", "%s"), params)
+            return cur.fetchall()
 
 
 _LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)

@@ -1,8 +1,9 @@
-"""What the SQL storage backends share: page rows, the HTML test, the auto-throttle rule."""
+"""What the SQL storage backends share: page rows, paged reads, the HTML test, the throttle."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
 
 from rccrawler.records import HostData, PageData, PageId, PageState
 
@@ -73,3 +74,72 @@ def is_html(content_type: str) -> bool:
     """Whether a Content-Type makes a graph node (SPEC §5.4)."""
     mime = content_type.split(";", 1)[0].strip().lower()
     return mime in ("text/html", "application/xhtml+xml")
+
+
+class PagedReads:
+    """The unloaders' reads (pages, resolved arcs, skipped links), in batches, for both
+    SQL backends: a backend supplies ``_read`` and writes its placeholders as ``?``."""
+
+    text_order: ClassVar[str] = ""
+    """A collation clause that sorts text by bytes (SQLite's default already does)."""
+
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one read-only query and return all its rows."""
+        raise NotImplementedError
+
+    def iter_pages(self, host: str) -> Iterator[PageData]:
+        last = 0
+        while True:
+            rows = self._read(
+                f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
+                "ORDER BY id LIMIT 2000",
+                (host, last),
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield page_from_row(row)
+            last = int(rows[-1][0])
+
+    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        # An arc to a duplicate or to a redirect alias points to the page it
+        # stands for (two hops: an alias of a duplicate); only arcs between
+        # nodes (200 HTML, not duplicates) are part of the graph.
+        query = """
+            SELECT DISTINCT a.from_id, f.id FROM arcs a
+            JOIN pages t ON t.id = a.to_id
+            LEFT JOIN pages u ON u.id = t.replace_id
+            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
+            WHERE a.host = ? AND a.from_id > ? AND a.from_id <= ? AND f.state = 'done'
+              AND f.http_status = 200 AND f.replace_id IS NULL
+            ORDER BY a.from_id, f.id
+        """
+        last_from = 0
+        while True:
+            # Page through whole source pages so DISTINCT stays exact.
+            bound = self._read(
+                "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
+                "WHERE host = ? AND from_id > ? ORDER BY from_id LIMIT 200) AS chunk",
+                (host, last_from),
+            )[0][0]
+            if bound is None:
+                return
+            for from_id, to_id in self._read(query, (host, last_from, bound)):
+                yield PageId(from_id), PageId(to_id)
+            last_from = bound
+
+    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
+        last = ""
+        while True:
+            rows = self._read(
+                "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
+                "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? "
+                f"AND s.url{self.text_order} > ? "
+                "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
+                f"ORDER BY s.url{self.text_order} LIMIT 2000",
+                (host, last),
+            )
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]

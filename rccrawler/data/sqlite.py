@@ -12,11 +12,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.data.rows import (
     BLOCKED_BY_ROBOTS,
     PAGE_COLUMNS,
+    PagedReads,
     is_html,
     page_from_row,
     throttled_delay,
@@ -129,7 +131,7 @@ class _HostCounters:
         self.by_state[new] += 1
 
 
-class SQLiteDataManager(DataManager):
+class SQLiteDataManager(PagedReads, DataManager):
     """The default DataManager: a SQLite database ``crawl.sqlite3`` in ``state_dir``.
 
     One connection guarded by one lock; every public method runs inside
@@ -858,65 +860,6 @@ class SQLiteDataManager(DataManager):
             data.finished_at = self.clock()
             self._save_host(data)
 
-    def iter_pages(self, host: str) -> Iterator[PageData]:
-        last = 0
-        while True:
-            with self._lock:
-                rows = self.db.execute(
-                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
-                    "ORDER BY id LIMIT 2000",
-                    (host, last),
-                ).fetchall()
-            if not rows:
-                return
-            for row in rows:
-                yield page_from_row(row)
-            last = int(rows[-1][0])
-
-    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
-        # An arc to a duplicate or to a redirect alias points to the page it
-        # stands for (two hops: an alias of a duplicate); only arcs between
-        # nodes (200 HTML, not duplicates) are part of the graph.
-        query = """
-            SELECT DISTINCT a.from_id, f.id FROM arcs a
-            JOIN pages t ON t.id = a.to_id
-            LEFT JOIN pages u ON u.id = t.replace_id
-            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
-            WHERE a.host = ? AND a.from_id > ? AND f.state = 'done' AND f.http_status = 200
-              AND f.replace_id IS NULL
-            ORDER BY a.from_id, f.id
-        """
-        last_from = 0
-        while True:
-            with self._lock:
-                # Page through whole source pages so DISTINCT stays exact.
-                bound = self.db.execute(
-                    "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
-                    "WHERE host = ? AND from_id > ? ORDER BY from_id LIMIT 200)",
-                    (host, last_from),
-                ).fetchone()[0]
-                if bound is None:
-                    return
-                rows = self.db.execute(
-                    query.replace("a.from_id > ?", "a.from_id > ? AND a.from_id <= ?"),
-                    (host, last_from, bound),
-                ).fetchall()
-            for from_id, to_id in rows:
-                yield PageId(from_id), PageId(to_id)
-            last_from = bound
-
-    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
-        last = ""
-        while True:
-            with self._lock:
-                rows = self.db.execute(
-                    "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
-                    "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? AND s.url > ? "
-                    "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
-                    "ORDER BY s.url LIMIT 2000",
-                    (host, last),
-                ).fetchall()
-            if not rows:
-                return
-            yield from rows
-            last = rows[-1][0]
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self.db.execute(query, params).fetchall()
