@@ -541,7 +541,7 @@ class SQLiteDataManager(PagedReads, DataManager):
             if data is not None:
                 data.next_fetch_at = max(data.next_fetch_at, self.clock() + data.crawl_delay)
 
-    def _release(self, page: PageData, counters: _HostCounters) -> None:
+    def _release(self, page: PageData) -> None:
         """Give back a download lease (in-flight slot of the host)."""
         host = self._hosts[page.host]
         host.in_flight = max(0, host.in_flight - 1)
@@ -572,7 +572,7 @@ class SQLiteDataManager(PagedReads, DataManager):
             page = self._load_page(page_id)
             counters = self._counters[page.host]
             host = self._hosts[page.host]
-            self._release(page, counters)
+            self._release(page)
             attempts = page.download_attempts + 1
             size = len(result.body)
             counters.bytes += size
@@ -666,7 +666,7 @@ class SQLiteDataManager(PagedReads, DataManager):
         with self._atomic() as db:
             page = self._load_page(page_id)
             counters = self._counters[page.host]
-            self._release(page, counters)
+            self._release(page)
             chain = [u for u in page.redirect_target.split("\n") if u] or [page.url]
             if skip is not None:
                 db.execute(
@@ -740,7 +740,7 @@ class SQLiteDataManager(PagedReads, DataManager):
             page = self._load_page(page_id)
             counters = self._counters[page.host]
             if page.state is PageState.RUNNING:
-                self._release(page, counters)
+                self._release(page)
             db.execute(
                 "UPDATE pages SET state = 'skipped', error_code = ? WHERE id = ?",
                 (reason.value, page_id),

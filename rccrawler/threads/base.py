@@ -40,8 +40,6 @@ class CrawlerThread(threading.Thread):
         self.stopping = manager.stopping
         self.error: BaseException | None = None
         self._robots: dict[str, RobotsRules] = {}
-        self.busy = False
-        """True while step() works on something (read by the status view)."""
 
     def run(self) -> None:
         try:

@@ -36,20 +36,12 @@ class DownloadingThread(CrawlerThread):
     def step(self) -> bool:
         host = self.data.take_robots()
         if host is not None:
-            self.busy = True
-            try:
-                self.fetch_robots(host)
-            finally:
-                self.busy = False
+            self.fetch_robots(host)
             return True
         page = self.data.take_for_download()
         if page is None:
             return False
-        self.busy = True
-        try:
-            self.download(page)
-        finally:
-            self.busy = False
+        self.download(page)
         return True
 
     # -- robots ------------------------------------------------------------

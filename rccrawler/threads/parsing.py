@@ -33,20 +33,12 @@ class ParsingThread(CrawlerThread):
         if item is None:
             return False
         page, body = item
-        self.busy = True
-        try:
-            parsed = parse_html(
-                body,
-                page.url,
-                page.content_type,
-                parser=self.settings.parser,
-                full=self.full_parse,
-            )
-            links, skipped = self.classify_links(page, parsed)
-            self.process_page(page, body, parsed)
-            self.data.store_parse(page.id, links, skipped)
-        finally:
-            self.busy = False
+        parsed = parse_html(
+            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse
+        )
+        links, skipped = self.classify_links(page, parsed)
+        self.process_page(page, body, parsed)
+        self.data.store_parse(page.id, links, skipped)
         return True
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
