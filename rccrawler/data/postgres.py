@@ -339,13 +339,19 @@ class PostgresDataManager(PagedReads, DataManager):
         does not take back everything in progress.
         """
         with self._atomic() as cur:
-            now = self._now(cur)
-            cur.execute(
-                "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-                "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
-                (now,),
-            )
-            return self._reclaim(cur, "lease_until < %s", (now,))
+            return self._reclaim_expired(cur)
+
+    def _reclaim_expired(self, cur: Cursor) -> int:
+        """Queue again the robots.txt fetches and pages whose lease ran out."""
+        now = self._now(cur)
+        cur.execute(
+            "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
+            "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
+            (now,),
+        )
+        if cur.rowcount:
+            self._robots_pending = 1
+        return self._reclaim(cur, "lease_until < %s", (now,))
 
     def _reclaim(self, cur: Cursor, where: str, args: tuple[Any, ...]) -> int:
         """Put leased pages matching ``where`` back in the queue, host row locked first."""
@@ -389,15 +395,7 @@ class PostgresDataManager(PagedReads, DataManager):
                 (now + self.lease_s, self.owner),
             )
         with self._transaction() as cur:
-            now = self._now(cur)
-            cur.execute(
-                "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-                "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
-                (now,),
-            )
-            if cur.rowcount:
-                self._robots_pending = 1
-            moved = self._reclaim(cur, "lease_until < %s", (now,))
+            moved = self._reclaim_expired(cur)
         if moved:
             logger.warning("%d pages of a worker that stopped answering were queued again", moved)
 
