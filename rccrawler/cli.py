@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
+    from rccrawler.config import Settings
     from rccrawler.data.base import DataManager
+    from rccrawler.data.postgres import PostgresDataManager
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger("rccrawler")
@@ -193,25 +195,32 @@ def print_summary(
     print(f"results in {manager.settings.output_dir}")
 
 
+def saved_postgres_state(settings: Settings) -> PostgresDataManager | None:
+    """The PostgreSQL state of these settings, unopened; None when no crawl saved one."""
+    from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+    schema = schema_for(str(settings.state_dir))
+    if not PostgresDataManager.exists(settings.storage, schema):
+        return None
+    return PostgresDataManager(settings.storage, schema)
+
+
 def stop_command(config: str) -> int:
     from rccrawler.manager import STOP_FILE, load_settings
 
     _cls, settings = load_settings(config)
     if settings.storage != "sqlite":
         # Workers may run on other machines: the request goes through the database.
-        from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-        schema = schema_for(str(settings.state_dir))
-        if not PostgresDataManager.exists(settings.storage, schema):
+        shared = saved_postgres_state(settings)
+        if shared is None:
             print(f"rccrawler stop: no crawl for {settings.state_dir} in {settings.storage}",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
-        data = PostgresDataManager(settings.storage, schema)
-        data.open()
+        shared.open()
         try:
-            data.request_stop()
+            shared.request_stop()
         finally:
-            data.close()
+            shared.close()
         print(f"stop requested for every worker of the crawl {settings.state_dir}")
         return EXIT_OK
     if not settings.state_dir.exists():
@@ -227,7 +236,7 @@ def status_command(config: str, *, as_json: bool) -> int:
     from rccrawler.manager import STATE_FILE, load_settings, state_in_use
 
     _cls, settings = load_settings(config)
-    data: DataManager
+    data: DataManager | None
     if settings.storage == "sqlite":
         path = settings.state_dir / STATE_FILE
         if not path.exists():
@@ -236,13 +245,10 @@ def status_command(config: str, *, as_json: bool) -> int:
         running = state_in_use(settings.state_dir)
         data = SQLiteDataManager(path, read_only=True)
     else:
-        from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-        schema = schema_for(str(settings.state_dir))
-        if not PostgresDataManager.exists(settings.storage, schema):
+        data = saved_postgres_state(settings)
+        if data is None:
             print(f"no saved crawl for {settings.state_dir} in {settings.storage}")
             return EXIT_FAILED
-        data = PostgresDataManager(settings.storage, schema)
         running = False  # workers hold no lock file; leased pages tell (below)
     data.open()
     try:
