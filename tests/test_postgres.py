@@ -42,9 +42,10 @@ def _reachable() -> bool:
 
 
 # CI starts PostgreSQL (.ci/run): there an unreachable server fails the tests, never skips them.
-pytestmark = pytest.mark.skipif(
+needs_postgres = pytest.mark.skipif(
     not os.environ.get("CI") and not _reachable(), reason=f"PostgreSQL is not reachable at {PG_URL}"
 )
+pytestmark = needs_postgres
 
 
 class ShortLeaseManager(WebGraphManager):
