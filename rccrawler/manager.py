@@ -247,7 +247,7 @@ class ApplicationManager:
         try:
             self.stop_file.unlink(missing_ok=True)
             self.data.open()
-            self.data.check_identity(dotted_path(type(self)), self.settings.storage)
+            self.data.check_identity(dotted_path(type(self)))
             recovered = self.data.recover()
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)

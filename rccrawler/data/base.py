@@ -26,11 +26,21 @@ TaskRows = Mapping[str, Sequence[tuple[Any, ...]]]
 """A task's rows for one page: task table name → rows (without the page_id column)."""
 
 
-def check_state_identity(meta: dict[str, str], manager: str, storage: str, where: str) -> None:
+def check_state_identity(
+    meta: dict[str, str], manager: str, storage: str, where: str, *, shared: bool = False
+) -> None:
     """Compare a saved state's identity with the settings' (shared by the backends).
 
+    Args:
+        meta: the state's identity as saved by its first run.
+        manager: the dotted path of this run's manager.
+        storage: what identifies the storage (never a password).
+        where: the state, for the message.
+        shared: other workers may be running on this state: never suggest ``--fresh``,
+            which would drop their crawl.
+
     Raises:
-        StateError: another schema version, manager or storage, with a hint to --fresh.
+        StateError: another schema version, manager or storage, with a way out.
     """
     from rccrawler.exceptions import StateError
 
@@ -45,11 +55,15 @@ def check_state_identity(meta: dict[str, str], manager: str, storage: str, where
             wanted = (
                 f"this rccrawler uses {expected}"
                 if key == "schema_version"
-                else f"the settings name {expected!r}"
+                else f"this run has {expected!r}"
             )
-            raise StateError(
-                f"the state in {where} {what} {shown}, {wanted}; run with --fresh to start over"
+            hint = (
+                "give this crawl another name: in the settings, or use the settings of the "
+                "crawl that is there"
+                if shared
+                else "run with --fresh to start over"
             )
+            raise StateError(f"the state in {where} {what} {shown}, {wanted}; {hint}")
 
 
 class DataManager(ABC):
@@ -71,7 +85,7 @@ class DataManager(ABC):
         """Flush and release the storage. No-op by default."""
 
     @abstractmethod
-    def check_identity(self, manager: str, storage: str) -> None:
+    def check_identity(self, manager: str) -> None:
         """Record (first run) or compare (resume) what crawl this state belongs to.
 
         Raises:

@@ -262,6 +262,19 @@ class PostgresDataManager(SQLDataManager):
         assert row is not None
         return float(row[0])
 
+    shared: ClassVar[bool] = True
+
+    def _storage_identity(self, cur: Cursor) -> str:
+        # The server's own identity and the database: 127.0.0.1 and localhost are one
+        # crawl, and no password is ever stored.
+        cur.execute(
+            "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'execute') "
+            "THEN (SELECT system_identifier::text FROM pg_control_system()) "
+            "ELSE 'server' END, current_database()"
+        )
+        system, database = cur.fetchone() or ("?", "?")
+        return f"postgresql:{system}/{database}"
+
     def _lock_identity(self, cur: Cursor) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
 

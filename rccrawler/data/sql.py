@@ -405,9 +405,17 @@ class SQLDataManager(DataManager):
     def _lock_identity(self, cur: Cursor) -> None:
         """Serialize the first write of the identity between processes (no-op here)."""
 
-    def check_identity(self, manager: str, storage: str) -> None:
+    def _storage_identity(self, cur: Cursor) -> str:
+        """What identifies the storage itself, whatever the spelling of its URL."""
+        return "sqlite"
+
+    shared: ClassVar[bool] = False
+    """Whether several processes may share the state (no --fresh hints then)."""
+
+    def check_identity(self, manager: str) -> None:
         with self._atomic() as cur:
             self._lock_identity(cur)
+            storage = self._storage_identity(cur)
             cur.execute("SELECT key, value FROM meta")
             meta = dict(cur.fetchall())
             if not meta:
@@ -417,7 +425,7 @@ class SQLDataManager(DataManager):
                      ("storage", storage), ("created", repr(self._clock(cur)))],
                 )  # fmt: skip
                 return
-        check_state_identity(meta, manager, storage, self.describe())
+        check_state_identity(meta, manager, storage, self.describe(), shared=self.shared)
 
     def describe(self) -> str:
         """Where the state lives, for messages."""
