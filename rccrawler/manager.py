@@ -350,7 +350,8 @@ class ApplicationManager:
                 raise crashed[0]
             self._ended = time.monotonic()
             self.save_cookies()
-            if self.finished:
+            # Of several workers sharing a crawl, one writes the files (SPEC §9).
+            if self.finished and self.data.try_elect("unload"):
                 self.unload()
             return self.finished
         finally:

@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS hosts (
     admitted INTEGER NOT NULL DEFAULT 0,
     budget_hit {bool} NOT NULL DEFAULT {false},
     robots_owner TEXT NOT NULL DEFAULT '',
-    robots_lease_until {float} NOT NULL DEFAULT 0
+    robots_lease_until {float} NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS pages (
     id {id} PRIMARY KEY,
@@ -766,6 +767,8 @@ class SQLDataManager(DataManager):
                     for link in admission.new
                 ]
                 new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
+                if admission.known_targets:
+                    self._lower_levels(cur, page, admission.known_targets)
                 targets = admission.known_targets + new_ids
                 cur.executemany(
                     self._sql(
@@ -794,6 +797,30 @@ class SQLDataManager(DataManager):
                     (True, len(targets), page_id),
                 )
                 self._on_move(page, PageState.DONE)
+
+    def _lower_levels(self, cur: Cursor, page: PageData, targets: Sequence[int]) -> None:
+        """A page's level is its shortest distance from a start page (SPEC §5.1): a
+        waiting page found again on a shallower path moves up, whatever order the
+        parsers (of any process) found its links in."""
+        level = page.level + 1
+        for start in range(0, len(targets), 500):
+            chunk = list(targets[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET level = ?, id_from = ?, referer = ? "
+                    f"WHERE id IN ({marks}) AND {_QUEUED} AND level > ? RETURNING id"
+                ),
+                (level, page.id, page.url, *chunk, level),
+            )
+            lowered = [PageId(row[0]) for row in cur.fetchall()]
+            if lowered:
+                self._on_levels_lowered(page.host, lowered, level, page)
+
+    def _on_levels_lowered(
+        self, host: str, pages: Sequence[PageId], level: int, parent: PageData
+    ) -> None:
+        """Waiting pages moved up to ``level`` (a backend holding copies updates them)."""
 
     # -- a task's own tables -------------------------------------------------------
     def _write_task_rows(
