@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import heapq
+import itertools
 import logging
+import socket
 import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
+import urllib3.connection
 from urllib3.exceptions import (
     ConnectTimeoutError,
     DecodeError,
     HTTPError,
     InsecureRequestWarning,
     LocationParseError,
+    NameResolutionError,
     NewConnectionError,
     ProtocolError,
     ProxyError,
@@ -28,14 +34,18 @@ from urllib3.exceptions import (
     SSLError,
 )
 
+from rccrawler.exceptions import FetchError
 from rccrawler.records import DownloadResult
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
-
 logger = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
+
+ERROR_KINDS = ("timeout", "connection_refused", "dns", "tls", "connection", "proxy",
+               "decode", "bad_url", "http")  # fmt: skip
+"""The transport error names a page can end with (README "Error kinds"); stable."""
 
 
 def _accept_encoding() -> str:
@@ -97,6 +107,209 @@ def rfc6265_cookie_policy() -> DefaultCookiePolicy:
     path matching, ``Secure`` and expiry (``Max-Age``, ``Expires``) are the jar's own.
     """
     return DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+
+
+def request_deadline(timeout_s: float) -> float:
+    """Seconds one whole request (connect, headers, body) may take: ``2 × timeout_s``.
+
+    ``timeout_s`` bounds each wait (connecting, and each read), which a server that
+    drips one byte at a time never trips; this bounds their sum (README, crawl.timeout_s).
+    """
+    return 2.0 * timeout_s
+
+
+def transport_error(exc: Exception) -> FetchError:
+    """The FetchError kind of a transport exception (README "Error kinds").
+
+    Order matters: urllib3's NameResolutionError is a NewConnectionError, which is
+    a ConnectTimeoutError, so the most specific classes are tested first.
+    """
+    if isinstance(exc, FetchError):
+        return exc
+    text = str(exc)
+    if isinstance(exc, NameResolutionError):
+        return FetchError("dns", text, retryable=True)
+    if isinstance(exc, NewConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ConnectionRefusedError):
+            return FetchError("connection_refused", text, retryable=True)
+        if isinstance(cause, socket.gaierror):
+            return FetchError("dns", text, retryable=True)
+        return FetchError("connection", text, retryable=True)
+    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
+        return FetchError("timeout", text, retryable=True)
+    if isinstance(exc, SSLError):
+        return FetchError("tls", text, retryable=False)
+    if isinstance(exc, DecodeError):
+        return FetchError("decode", text, retryable=False)
+    if isinstance(exc, ProxyError):
+        return FetchError("proxy", text, retryable=True)
+    if isinstance(exc, ProtocolError):
+        return FetchError("connection", text, retryable=True)
+    if isinstance(exc, LocationParseError):
+        return FetchError("bad_url", text, retryable=False)
+    if isinstance(exc, HTTPError):
+        return FetchError("http", text, retryable=True)
+    if isinstance(exc, (OSError, ValueError)):
+        return FetchError("connection", text, retryable=True)
+    raise exc
+
+
+# -- the request deadline: a watchdog that shuts sockets down ----------------------
+
+
+@dataclass(eq=False)
+class _Deadline:
+    """One request's deadline and the sockets it has used so far."""
+
+    at: float
+    sockets: list[socket.socket] = field(default_factory=list)
+    expired: bool = False
+    done: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sockets.append(sock)
+            expired = self.expired
+        if expired:  # the deadline passed while connecting: cut at once
+            _shut(sock)
+
+    def finish(self) -> None:
+        with self.lock:
+            self.done = True
+            self.sockets.clear()
+
+    def expire(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.expired = True
+            sockets = list(self.sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown(), not close(): the reading thread still owns the descriptor, and a
+    # closed number could be reused by another thread's new socket. The plain socket
+    # method also works on an SSLSocket without touching its TLS state.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """One thread that ends requests whose deadline passed, by shutting their sockets.
+
+    Checking the clock between reads cannot stop a server that sends one byte just
+    before each read timeout: the read never returns. Shutting the socket down from
+    another thread makes that blocked read return at once, whatever the server does.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, deadline: _Deadline) -> None:
+        with self._wake:
+            heapq.heappush(self._heap, (deadline.at, next(self._order), deadline))
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="fetch-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._heap.clear()
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and (
+                    not self._heap or self._heap[0][0] > self.clock()
+                ):
+                    wait = self._heap[0][0] - self.clock() if self._heap else None
+                    self._wake.wait(wait)
+                if self._closed:
+                    return
+                _, _, due = heapq.heappop(self._heap)
+            due.expire()
+
+
+@contextlib.contextmanager
+def _deadline_scope(watchdog: _Watchdog, at: float) -> Iterator[_Deadline]:
+    """Make ``at`` the deadline of every socket this thread uses inside the block."""
+    deadline = _Deadline(at)
+    _current.deadline = deadline
+    watchdog.watch(deadline)
+    try:
+        yield deadline
+    finally:
+        _current.deadline = None
+        deadline.finish()
+
+
+_current = threading.local()
+"""The deadline of the request this thread is making (read by the connections below)."""
+
+
+def _attach(sock: socket.socket | None) -> None:
+    deadline: _Deadline | None = getattr(_current, "deadline", None)
+    if deadline is not None and sock is not None:
+        deadline.attach(sock)
+
+
+class _GuardedMixin:
+    """Hands every socket a connection uses to the current request's deadline.
+
+    ``sock`` is a property so that both the plain socket (set before the TLS handshake,
+    which a server can drip too) and the wrapped one are seen, whatever urllib3 does
+    in between; a kept-alive connection reports its socket at each new request.
+    """
+
+    _guarded_sock: socket.socket | None = None
+
+    @property
+    def sock(self) -> socket.socket | None:
+        return self._guarded_sock
+
+    @sock.setter
+    def sock(self, value: socket.socket | None) -> None:
+        self._guarded_sock = value
+        _attach(value)
+
+    def request(self, *args: object, **kwargs: object) -> None:
+        _attach(self._guarded_sock)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedMixin, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedMixin, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+_GUARDED_POOLS = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
 
 
 class Fetcher:
@@ -164,8 +377,13 @@ class Fetcher:
             )
         else:
             self.pool = urllib3.PoolManager(**pool_kwargs)  # type: ignore[arg-type]
+        # Our connection classes report their sockets to the request's deadline.
+        self.pool.pool_classes_by_scheme = _GUARDED_POOLS
+        self.request_deadline_s = request_deadline(settings.timeout_s)
+        self.watchdog = _Watchdog()
 
     def close(self) -> None:
+        self.watchdog.close()
         self.pool.clear()
 
     def get(
@@ -184,8 +402,6 @@ class Fetcher:
         Raises:
             FetchError: a transport failure, with whether to retry.
         """
-        from rccrawler.exceptions import FetchError
-
         max_bytes = self.settings.max_body_bytes if max_bytes is None else max_bytes
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -203,7 +419,43 @@ class Fetcher:
         if parts.query:
             target += "?" + parts.query
         started = time.monotonic()
-        deadline = started + 2 * self.settings.timeout_s
+        with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
+            try:
+                resp, body, truncated, wire = self._send(
+                    url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send
+                )
+            except FetchError as exc:
+                if deadline.expired:
+                    raise FetchError("timeout", f"{url}: over the request deadline",
+                                     retryable=True) from exc  # fmt: skip
+                raise
+            if deadline.expired:  # a body without a length just ends when cut
+                raise FetchError("timeout", f"{url}: over the request deadline", retryable=True)
+        response_headers = {k.lower(): v for k, v in resp.headers.items()}
+        if self.cookie_jar is not None:
+            self._store_cookies(url, resp.headers)
+        return Response(
+            status=resp.status,
+            headers=response_headers,
+            body=body,
+            truncated=truncated,
+            elapsed=time.monotonic() - started,
+            wire_bytes=wire,
+        )
+
+    def _send(
+        self,
+        url: str,
+        netloc: str,
+        scheme: str,
+        host: str,
+        port: int,
+        target: str,
+        headers: dict[str, str],
+        max_bytes: int,
+        on_send: Callable[[], None] | None,
+    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool, int]:
+        """Send the request and read the body; transport failures become FetchError."""
         try:
             if on_send is not None:
                 on_send()
@@ -212,7 +464,7 @@ class Fetcher:
                 # Connect to the mapped address, but speak to the named host: Host
                 # header, SNI and the certificate check all use the name (curl --resolve).
                 ip, _, mapped_port = mapped.rpartition(":")
-                headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
+                headers["Host"] = netloc.rsplit("@", 1)[-1]
                 pool_kwargs = {"server_hostname": host} if scheme == "https" else None
                 if scheme == "https" and self.settings.verify_tls:
                     pool_kwargs = {"server_hostname": host, "assert_hostname": host}
@@ -238,8 +490,6 @@ class Fetcher:
                     if size > max_bytes:
                         truncated = True
                         break
-                    if time.monotonic() > deadline:
-                        raise FetchError("timeout", f"body of {url} too slow", retryable=True)
                 body = b"".join(chunks)
                 if truncated:
                     body = body[:max_bytes]
@@ -248,40 +498,14 @@ class Fetcher:
                 if truncated or not resp.closed:
                     resp.close()  # never drain an endless or huge body
                 resp.release_conn()
-        except (ConnectTimeoutError, ReadTimeoutError) as exc:
-            raise FetchError("timeout", str(exc), retryable=True) from exc
-        except SSLError as exc:
-            raise FetchError("tls", str(exc), retryable=False) from exc
-        except DecodeError as exc:
-            raise FetchError("decode", str(exc), retryable=False) from exc
-        except (NewConnectionError, ProxyError) as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        except ProtocolError as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        except LocationParseError as exc:
-            raise FetchError("bad_url", str(exc), retryable=False) from exc
-        except HTTPError as exc:
-            raise FetchError("http", str(exc), retryable=True) from exc
-        except OSError as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        response_headers = {k.lower(): v for k, v in resp.headers.items()}
-        if self.cookie_jar is not None:
-            self._store_cookies(url, resp.headers)
-        return Response(
-            status=resp.status,
-            headers=response_headers,
-            body=body,
-            truncated=truncated,
-            elapsed=time.monotonic() - started,
-            wire_bytes=wire,
-        )
+        except Exception as exc:
+            raise transport_error(exc) from exc
+        return resp, body, truncated, wire
 
     def download(
         self, url: str, *, referer: str = "", on_send: Callable[[], None] | None = None
     ) -> DownloadResult:
         """GET ``url`` and describe the outcome as a DownloadResult (errors are data)."""
-        from rccrawler.exceptions import FetchError
-
         try:
             response = self.get(url, referer=referer, on_send=on_send)
         except FetchError as exc:
