@@ -235,9 +235,7 @@ class _Watchdog:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._closed and (
-                    not self._heap or self._heap[0][0] > self.clock()
-                ):
+                while not self._closed and (not self._heap or self._heap[0][0] > self.clock()):
                     wait = self._heap[0][0] - self.clock() if self._heap else None
                     self._wake.wait(wait)
                 if self._closed:

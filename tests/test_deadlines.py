@@ -48,8 +48,11 @@ def drip_server(prefix: bytes, interval: float = 0.1) -> Iterator[DripServer]:
             conn.recv(65536)
             conn.sendall(server.prefix)
             while count < DRIPS and not stop.wait(server.interval):
-                conn.sendall(b"x" if b"\r\n\r\n" in server.prefix else b"X-Drip: 1\r\n"[
-                    count % 11:count % 11 + 1])
+                conn.sendall(
+                    b"x"
+                    if b"\r\n\r\n" in server.prefix
+                    else b"X-Drip: 1\r\n"[count % 11 : count % 11 + 1]
+                )
                 count += 1
         server.sent.append(count)
         server.hung_up.set()
