@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import functools
 import heapq
 import itertools
 import logging
@@ -14,12 +15,13 @@ import urllib.request
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
 import urllib3.connection
+from publicsuffixlist import PublicSuffixList
 from urllib3.exceptions import (
     ConnectTimeoutError,
     DecodeError,
@@ -99,14 +101,92 @@ def referer_header(referer: str, url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
 
 
-def rfc6265_cookie_policy() -> DefaultCookiePolicy:
-    """The standard library's cookie rules, tightened where RFC 6265 is stricter.
+MAX_COOKIES_PER_DOMAIN = 50
+"""Cookies kept per cookie domain; browsers cap near 50 (RFC 6265 §6.1 asks for at least 50)."""
+MAX_COOKIES = 3000
+"""Cookies kept in the whole jar (RFC 6265 §6.1 asks for at least 3000)."""
+MAX_COOKIE_BYTES = 4096
+"""Name + value + attributes of one cookie, as browsers cap it (RFC 6265 §6.1)."""
+MAX_COOKIE_HEADER_BYTES = 8192
+"""A Cookie request header never grows past this: the most specific cookies are sent,
+the rest left out, so a site that sets many cannot make every later request fail (431)."""
 
-    http.cookiejar's default (Netscape) policy sends a cookie set without ``Domain``
-    to subdomains too; RFC 6265 §5.3 makes such a cookie host-only. Domain matching,
-    path matching, ``Secure`` and expiry (``Max-Age``, ``Expires``) are the jar's own.
+
+@functools.cache
+def _public_suffixes() -> PublicSuffixList:
+    """The Public Suffix List as the ``publicsuffixlist`` package ships it (loaded once)."""
+    return PublicSuffixList()
+
+
+def is_public_suffix(domain: str) -> bool:
+    """Whether ``domain`` is a public suffix (``co.uk``, ``github.io``): no site owns it."""
+    domain = domain.strip(".").lower()
+    return bool(domain) and bool(_public_suffixes().is_public(domain))
+
+
+class CrawlerCookiePolicy(DefaultCookiePolicy):
+    """The standard library's cookie rules, tightened where RFC 6265 and browsers are stricter.
+
+    * http.cookiejar's default (Netscape) policy sends a cookie set without ``Domain``
+      to subdomains too; RFC 6265 §5.3 makes such a cookie host-only.
+    * ``Domain=`` a public suffix (``co.uk``, ``github.io``) is refused (RFC 6265 §5.3
+      step 5), unless it is the request host itself: otherwise one site would set
+      cookies for every other site under that suffix.
+    * A cookie over :data:`MAX_COOKIE_BYTES` is refused, and so is a new one once its
+      domain holds :data:`MAX_COOKIES_PER_DOMAIN` or the jar :data:`MAX_COOKIES`
+      (replacing a cookie already kept is always allowed).
+
+    Domain and path matching, ``Secure`` and expiry stay the jar's own.
+
+    Args:
+        jar: the jar this policy guards, to count what it holds.
     """
-    return DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+
+    def __init__(self, jar: CookieJar) -> None:
+        super().__init__(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+        self.jar = jar
+
+    def set_ok(self, cookie: Cookie, request: urllib.request.Request) -> bool:
+        if not super().set_ok(cookie, request):
+            return False
+        size = len(cookie.name) + len(cookie.value or "") + len(cookie.path) + len(cookie.domain)
+        if size > MAX_COOKIE_BYTES:
+            logger.debug("cookie %s refused: %d bytes", cookie.name, size)
+            return False
+        domain = cookie.domain.lstrip(".").lower()
+        if cookie.domain_specified and is_public_suffix(domain):
+            host = (urlsplit(request.get_full_url()).hostname or "").lower().rstrip(".")
+            if host != domain:
+                logger.debug("cookie %s refused: Domain=%s is a public suffix", cookie.name, domain)
+                return False
+        total = in_domain = 0
+        for kept in self.jar:
+            if (kept.domain, kept.path, kept.name) == (cookie.domain, cookie.path, cookie.name):
+                return True  # a replacement never grows the jar
+            total += 1
+            in_domain += kept.domain.lstrip(".").lower() == domain
+        if in_domain >= MAX_COOKIES_PER_DOMAIN or total >= MAX_COOKIES:
+            logger.debug("cookie %s refused: the jar is full for %s", cookie.name, domain)
+            return False
+        return True
+
+
+def cap_cookie_header(value: str, limit: int = MAX_COOKIE_HEADER_BYTES) -> str:
+    """``value`` cut at a cookie boundary so that it holds at most ``limit`` bytes.
+
+    The jar lists the most specific (longest path) cookies first, so those are kept.
+    """
+    if len(value.encode("utf-8", "replace")) <= limit:
+        return value
+    kept: list[str] = []
+    size = 0
+    for pair in value.split("; "):
+        cost = len(pair.encode("utf-8", "replace")) + (2 if kept else 0)
+        if size + cost > limit:
+            continue  # a smaller cookie further on may still fit
+        kept.append(pair)
+        size += cost
+    return "; ".join(kept)
 
 
 def request_deadline(timeout_s: float) -> float:
@@ -340,7 +420,7 @@ class Fetcher:
         """Held around every use of the jar; hold it to serialize the jar consistently."""
         self.on_cookies_changed = on_cookies_changed
         if self.cookie_jar is not None:
-            self.cookie_jar.set_policy(rfc6265_cookie_policy())
+            self.cookie_jar.set_policy(CrawlerCookiePolicy(self.cookie_jar))
         self.timeout = urllib3.Timeout(connect=settings.timeout_s, read=settings.timeout_s)
         self.resolve = dict(settings.resolve)
         headers = {
@@ -536,7 +616,7 @@ class Fetcher:
         request = urllib.request.Request(url)
         with self.cookie_lock:
             self.cookie_jar.add_cookie_header(request)
-        return request.get_header("Cookie") or ""
+        return cap_cookie_header(request.get_header("Cookie") or "")
 
     def _store_cookies(self, url: str, headers: urllib3.HTTPHeaderDict) -> None:
         assert self.cookie_jar is not None

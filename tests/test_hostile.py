@@ -7,9 +7,13 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from http.cookiejar import CookieJar
 
 import pytest
-from webserver import Request, Resource
+from webserver import HTML, Request, Resource
+
+from rccrawler.config import CrawlSettings
+from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
 
 GARBAGE = os.urandom(64 * 1024)
 
@@ -97,3 +101,51 @@ def test_a_hostile_site_ends_with_errors_not_a_hang(serve, crawler, raw_server):
     raw = result.report["sites"]["raw.test"]
     assert raw["pages_done"] == 0
     assert raw["stop_reason"] == "robots.txt unreachable"
+
+
+# -- cookies by the rules -------------------------------------------------------------------
+
+
+def cookie_fetcher(server) -> tuple[Fetcher, CookieJar]:
+    jar = CookieJar()
+    return Fetcher(CrawlSettings(resolve=server.resolve), jar), jar
+
+
+@pytest.mark.parametrize("suffix", ["co.uk", "github.io", "appspot.com"])
+def test_a_cookie_for_a_public_suffix_reaches_no_other_site(serve, suffix):
+    evil, victim = f"evil.{suffix}", f"victim.{suffix}"
+    server = serve({
+        evil: {"/": Resource(b"x", headers=(*HTML, ("Set-Cookie", f"track=1; Domain={suffix}"),
+                                              ("Set-Cookie", "own=1")))},
+        victim: {"/": html("victim")},
+    })  # fmt: skip
+    client, jar = cookie_fetcher(server)
+    try:
+        client.get(f"http://{evil}/")
+        client.get(f"http://{evil}/")
+        client.get(f"http://{victim}/")
+    finally:
+        client.close()
+    assert [c.name for c in jar] == ["own"]  # the site's own host-only cookie is kept
+    assert server.hits_for(evil)[1].headers.get("cookie") == "own=1"
+    assert "cookie" not in server.hits_for(victim)[0].headers
+
+
+def test_a_cookie_flood_is_capped_per_domain_and_in_the_header(serve):
+    def flood(request: Request) -> Resource:
+        n = int(request.path.strip("/") or 0)
+        cookies = [("Set-Cookie", f"c{n}_{i}={'v' * 900}") for i in range(90)]
+        return Resource(b"<html></html>", headers=(*HTML, *cookies,
+                        ("Set-Cookie", f"huge={'h' * 5000}")))  # fmt: skip
+
+    server = serve({"flood.test": {f"/{n}": flood for n in range(5)}})
+    client, jar = cookie_fetcher(server)
+    try:
+        for n in range(5):
+            client.get(f"http://flood.test/{n}")
+    finally:
+        client.close()
+    assert len(jar) == MAX_COOKIES_PER_DOMAIN
+    assert "huge" not in {c.name for c in jar}  # over 4 KB: refused
+    sent = [len(hit.headers.get("cookie", "")) for hit in server.hits_for("flood.test")]
+    assert sent[0] == 0 and 0 < max(sent) <= MAX_COOKIE_HEADER_BYTES
