@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -29,6 +30,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 RESUME_MESSAGE = "stopped: run the same command to resume"
+_STATE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR,
+                 errno.ENOENT)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,12 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StateError as exc:
         print(f"rccrawler: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        # A read-only or broken state or output folder (--fresh, stop): a state error.
+        if exc.errno not in _STATE_ERRNOS:
+            raise
+        print(f"rccrawler: cannot write {exc.filename or 'the state'}: {exc.strerror}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
 
 
 def crawl_command(config: str, *, fresh: bool, tui: bool | None = None) -> int:
+    from rccrawler.config import check_writable_dirs
     from rccrawler.manager import load_settings
 
     manager_cls, settings = load_settings(config)
+    check_writable_dirs(settings)
     if fresh:
         manager_cls.fresh(settings)
     manager = manager_cls(settings)

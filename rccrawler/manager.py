@@ -8,6 +8,7 @@ import os
 import shutil
 import threading
 import time
+import warnings
 from http.cookiejar import LWPCookieJar
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
@@ -291,8 +292,13 @@ class ApplicationManager:
     def load_cookies(self) -> None:
         if (self.state_dir / COOKIE_FILE).exists():
             try:
-                self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
-            except OSError as exc:
+                # http.cookiejar warns "bug!" with a traceback on a garbage file; the
+                # warning below says it in one line, and the crawl goes on without them.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
+            except (OSError, ValueError) as exc:
+                self.cookie_jar.clear()
                 logger.warning("cookies of the last run could not be read: %s", exc)
 
     def cookies_changed(self) -> None:
