@@ -481,10 +481,14 @@ class Fetcher:
             FetchError: a transport failure, with whether to retry.
         """
         max_bytes = self.settings.max_body_bytes if max_bytes is None else max_bytes
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        host = (parts.hostname or "").lower()
-        port = parts.port or (443 if scheme == "https" else 80)
+        try:
+            parts = urlsplit(url)
+            scheme = parts.scheme.lower()
+            # "a.test." is "a.test" (the root label): it must not slip past crawl.resolve.
+            host = (parts.hostname or "").lower().rstrip(".")
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError as exc:  # "http://[::1", a port that is not a number
+            raise FetchError("bad_url", str(exc), retryable=False) from exc
         headers = dict(self.headers)
         referer = referer_header(referer, url)
         if referer:

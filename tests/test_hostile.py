@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -10,10 +11,12 @@ from collections.abc import Iterator
 from http.cookiejar import CookieJar
 
 import pytest
-from webserver import HTML, Request, Resource
+from webserver import HTML, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
 from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
+from rccrawler.manager import load_settings
+from rccrawler.urls import named_authorities, own_request_block
 
 GARBAGE = os.urandom(64 * 1024)
 
@@ -149,3 +152,95 @@ def test_a_cookie_flood_is_capped_per_domain_and_in_the_header(serve):
     assert "huge" not in {c.name for c in jar}  # over 4 KB: refused
     sent = [len(hit.headers.get("cookie", "")) for hit in server.hits_for("flood.test")]
     assert sent[0] == 0 and 0 < max(sent) <= MAX_COOKIE_HEADER_BYTES
+
+
+# -- politeness with a ceiling --------------------------------------------------------------
+
+
+def run_bounded(crawler, sites, resolve, **options):
+    """Run a crawl in a thread; stop it if it is still going after a generous bound."""
+    path = crawler.settings_file(sites, resolve, **options)
+    manager_cls, settings = load_settings(path)
+    manager = manager_cls(settings)
+    outcome: list[bool] = []
+    thread = threading.Thread(target=lambda: outcome.append(manager.run()), daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        manager.request_stop("test bound")
+        thread.join(30)
+    return manager, outcome
+
+
+def test_a_huge_robots_crawl_delay_is_capped_with_a_warning(serve, crawler, caplog):
+    server = serve({"slow.test": {
+        "/robots.txt": Resource(b"User-agent: *\nCrawl-delay: 100000\n", headers=TEXT),
+        "/": html('<a href="/a">a</a> <a href="/b">b</a>'), "/a": html("a"), "/b": html("b"),
+    }})  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        manager, outcome = run_bounded(
+            crawler, ["slow.test"], server.resolve, crawl={"max_crawl_delay_ms": 50}
+        )
+    assert outcome == [True]  # finished, not stopped by the bound
+    assert manager.report["sites"]["slow.test"]["pages_done"] == 3
+    assert manager.report["sites"]["slow.test"]["crawl_delay_s"] == 0.05
+    assert "Crawl-delay 100000 s is capped to 0.05 s" in caplog.text
+
+
+# -- robots.txt redirects stay in scope -----------------------------------------------------
+
+
+def test_a_robots_redirect_never_reaches_an_address_the_settings_do_not_name(serve, crawler):
+    admin = serve({"127.0.0.1": {"/admin?delete=all": html("deleted!")},
+                   "localhost": {"/admin": html("deleted!")}})  # fmt: skip
+    port = admin.server_port
+    server = serve({
+        "ip.test": {"/robots.txt": redirect(f"http://127.0.0.1:{port}/admin?delete=all"),
+                    "/": html("home")},
+        "name.test": {"/robots.txt": redirect(f"http://localhost:{port}/admin"), "/": html("x")},
+        "www.test": {"/robots.txt": redirect("http://other.test/robots.txt"), "/": html("www")},
+        "other.test": {"/robots.txt": Resource(b"User-agent: *\nDisallow: /\n", headers=TEXT)},
+    })  # fmt: skip
+    result = crawler.run(["ip.test", "name.test", "www.test"], server.resolve)
+    assert result.finished
+    assert admin.hits == []  # no request to where none should go
+    # The named host was followed (RFC 9309 allows another host), and its rules apply.
+    assert server.paths_for("other.test") == ["/robots.txt"]
+    assert result.report["sites"]["www.test"]["pages_done"] == 0
+    # An unfollowed redirect leaves robots.txt unavailable: the site is crawled.
+    assert result.report["sites"]["ip.test"]["pages_done"] == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://127.0.0.1:8080/admin", "ip_literal"),
+        ("http://[::1]/", "ip_literal"),
+        ("http://169.254.169.254/latest/meta-data/", "ip_literal"),
+        ("http://2130706433/", "ip_literal"),
+        ("http://localhost/", "private_address"),
+        ("http://localhost./", "private_address"),
+        ("ftp://a.test/robots.txt", "scheme"),
+        ("javascript:alert(1)", "scheme"),
+        ("http://no-such-host.invalid/", "dns"),
+        ("http://a.test/robots.txt", None),
+        ("http://A.TEST:80/robots.txt", None),
+        ("http://10.0.0.1:8080/x", None),
+        ("http://a.test:8080/", "dns"),
+    ],
+)
+def test_the_own_request_guard(url, reason):
+    named = named_authorities(("http://a.test/",), {"10.0.0.1:8080": "127.0.0.1:1"})
+    assert own_request_block(url, named) == reason
+
+
+def test_a_trailing_dot_does_not_bypass_resolve(serve):
+    server = serve({"a.test": {"/": html("home")}})
+    client = Fetcher(CrawlSettings(resolve=server.resolve, cookies=False))
+    try:
+        response = client.get("http://a.test./")
+    finally:
+        client.close()
+    # It went to the loopback server (before the fix: a DNS lookup of "a.test.").
+    assert response.status in (200, 404)
+    assert [hit.path for hit in server.hits] == ["/"]
