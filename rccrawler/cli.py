@@ -176,6 +176,10 @@ def run_manager(
         return EXIT_OK
     if summary:
         print_summary(manager, manager.report, tui=tui)
+    if manager.unload_failures:
+        print(f"rccrawler: {len(manager.unload_failures)} output file set(s) could not be "
+              "written (see the errors above)", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     return EXIT_OK
 
 

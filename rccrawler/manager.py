@@ -104,6 +104,8 @@ class ApplicationManager:
         self.stop_reason = ""
         self.finished = False
         self.report: dict[str, Any] = {}
+        self.unload_failures: list[str] = []
+        """Output that could not be written, one line each (set by unload())."""
         self.view: Any = None
         """The live status view when one is shown (set by the command line)."""
         self.threads: list[CrawlerThread] = []
@@ -420,17 +422,28 @@ class ApplicationManager:
         if alive:
             logger.warning("threads still busy after %.0f s: %s", bound, ", ".join(alive))
 
-    def unload(self) -> None:
-        """Run every ResultUnloader; a failing one is logged and the others still run."""
+    def unload(self) -> list[str]:
+        """Run every ResultUnloader; a failing one (or site) is logged and the others still run.
+
+        Returns:
+            What failed, one line each; also kept in ``unload_failures`` (exit code 1).
+        """
         self.settings.output_dir.mkdir(parents=True, exist_ok=True)
         for cls in self.unloader_classes:
+            unloader = None
             try:
-                files = cls(self).unload()
-            except Exception:
+                unloader = cls(self)
+                files = unloader.unload()
+            except Exception as exc:
                 logger.exception("unloader %s failed", cls.__name__)
+                self.unload_failures.append(f"{cls.__name__} failed: {exc}")
                 continue
+            finally:
+                if unloader is not None:
+                    self.unload_failures += unloader.failures
             for path in files:
                 logger.info("wrote %s", path)
+        return self.unload_failures
 
     @classmethod
     def fresh(cls, settings: Settings) -> None:

@@ -6,16 +6,20 @@ import contextlib
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.cookiejar import CookieJar
 
 import pytest
+import yaml
 from webserver import HTML, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
 from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
 from rccrawler.manager import load_settings
+from rccrawler.unloaders import MAX_STEM_BYTES, host_file_stem
 from rccrawler.urls import named_authorities, own_request_block
 
 GARBAGE = os.urandom(64 * 1024)
@@ -244,3 +248,36 @@ def test_a_trailing_dot_does_not_bypass_resolve(serve):
     # It went to the loopback server (before the fix: a DNS lookup of "a.test.").
     assert response.status in (200, 404)
     assert [hit.path for hit in server.hits] == ["/"]
+
+
+# -- output that cannot be lost -------------------------------------------------------------
+
+LONG_HOST = ".".join(["x" * 61] * 4)[:244] + ".test"  # 249 characters, every label <= 63
+
+
+def test_host_file_stems_fit_a_file_name():
+    assert len(LONG_HOST) == 249
+    stem = host_file_stem(LONG_HOST)
+    assert len(stem) <= MAX_STEM_BYTES and stem.startswith("x" * 61 + ".")
+    assert host_file_stem(LONG_HOST[:-5] + ".tests") != stem  # a hash of the whole name
+    assert host_file_stem("a.test:8080") == "a.test_8080"
+
+
+def test_a_long_host_and_a_failing_site_lose_no_other_output(serve, tmp_path):
+    server = serve({LONG_HOST: {"/": html("long")}, "a.test": {"/": html("a")},
+                    "b.test": {"/": html("b")}})  # fmt: skip
+    out = tmp_path / "out"
+    (out / "b.test.nodes.csv").mkdir(parents=True)  # b.test's unload fails: a folder in the way
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({
+        "sites": [LONG_HOST, "a.test", "b.test"], "state_dir": str(tmp_path / "state"),
+        "output_dir": str(out), "crawl": {"resolve": server.resolve, "crawl_delay_ms": 0},
+    }))  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "rccrawler", "--config", str(path), "--no-tui"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "b.test: CsvGraphUnloader failed" in proc.stderr
+    stem = host_file_stem(LONG_HOST)
+    for name in (f"{stem}.nodes.csv", f"{stem}.graphml", "a.test.nodes.csv", "a.test.arcs.csv",
+                 "b.test.graphml", "b.test.skipped.csv", "report.json"):  # fmt: skip
+        assert (out / name).is_file(), name
