@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
+from rccrawler.safetext import TerminalSafeLogRecord, json_terminal_safe, terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -66,6 +67,8 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
+    # Messages carry crawled text: escape control characters for every handler.
+    logging.setLogRecordFactory(TerminalSafeLogRecord)
     logging.basicConfig(
         level=level,
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
@@ -203,11 +206,11 @@ def print_summary(
     sites = report.get("sites", {})
     assert isinstance(sites, dict)
     for host, site in sites.items():
-        print(
+        print(terminal_safe(
             f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
             f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
             f"{site['elapsed_s']} s — {site['stop_reason']}"
-        )
+        ))  # fmt: skip
     print(f"results in {manager.settings.output_dir}")
 
 
@@ -290,10 +293,10 @@ def status_command(config: str, *, as_json: bool) -> int:
         "  stop reason"
     )
     for row in rows:
-        print(
+        print(terminal_safe(
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
             f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
-        )
+        ))  # fmt: skip
     return EXIT_OK
 
 
@@ -320,12 +323,14 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
               "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     for rank, hit in enumerate(hits, 1):
+        # Titles, URLs and snippets are crawled text (terminal_safe).
         if as_json:
-            print(json.dumps(hit, ensure_ascii=False))
+            print(json_terminal_safe(json.dumps(hit, ensure_ascii=False)))
         else:
-            print(f"{rank}. {hit['title']}  ({hit['score']})\n   {hit['url']}")
+            print(f"{rank}. {terminal_safe(str(hit['title']))}  ({hit['score']})\n"
+                  f"   {terminal_safe(str(hit['url']))}")  # fmt: skip
             if hit.get("summary"):
-                print(f"   {hit['summary']}")
+                print(f"   {terminal_safe(str(hit['summary']))}")
     if not hits and not as_json:
         print("no hits")
     return EXIT_OK
