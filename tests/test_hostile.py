@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -281,3 +282,54 @@ def test_a_long_host_and_a_failing_site_lose_no_other_output(serve, tmp_path):
     for name in (f"{stem}.nodes.csv", f"{stem}.graphml", "a.test.nodes.csv", "a.test.arcs.csv",
                  "b.test.graphml", "b.test.skipped.csv", "report.json"):  # fmt: skip
         assert (out / name).is_file(), name
+
+
+# -- bounded work per page ------------------------------------------------------------------
+
+MEASURE = """\
+import resource, sys
+from rccrawler.cli import main
+code = main(sys.argv[1:])
+print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+PEAK_MB = 150
+"""Peak memory of a whole crawl process (Python, SQLite, one 10 MB body and its parse).
+Before the caps, the million-link page alone took it to 885 MB."""
+
+
+def crawl_measured(tmp_path, server, sites, **crawl):
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({
+        "sites": sites, "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+        "crawl": {"resolve": server.resolve, "crawl_delay_ms": 0, **crawl},
+    }))  # fmt: skip
+    # Through sh, which forks the crawl: Linux keeps a process's peak across exec, so a
+    # child forked straight from this (large) test process would report its size.
+    command = [sys.executable, "-c", MEASURE, "--config", str(path), "--no-tui"]
+    proc = subprocess.run(["/bin/sh", "-c", '"$0" "$@"; exit $?', *command],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    peak_kb = int(proc.stderr.rsplit("MAXRSS_KB ", 1)[1].split()[0])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    return proc, peak_kb / 1024, report
+
+
+def test_a_million_link_page_and_100000_nested_divs_finish_in_bounded_memory(serve, tmp_path):
+    links = b"".join(b'<a href="/p%d">x</a>' % i for i in range(1_000_000))
+    nested = b"<div>" * 100_000 + b'<a href="/deep">deep</a>' + b"</div>" * 100_000
+    server = serve({
+        "links.test": {"/": Resource(b"<html><body>" + links + b"</body></html>")},
+        "deep.test": {"/": Resource(b"<html><body>" + nested + b"</body></html>"),
+                      "/deep": html("found")},
+    })  # fmt: skip
+    proc, peak_mb, report = crawl_measured(
+        tmp_path, server, ["links.test", "deep.test"], max_depth=1, max_links_per_page=1000
+    )
+    assert peak_mb < PEAK_MB, f"peak {peak_mb:.0f} MB"
+    assert "parse budget: markup after 4000 <a> tags left out" in proc.stderr
+    assert "elements nested deeper than 512 flattened" in proc.stderr
+    assert report["sites"]["links.test"]["skipped_by_reason"]["truncated"] == 1
+    # The cut pages are still pages, and the link under 100,000 divs was found and crawled.
+    assert report["sites"]["links.test"]["pages_done"] >= 1
+    assert report["sites"]["deep.test"]["pages_done"] == 2

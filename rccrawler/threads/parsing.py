@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
@@ -11,6 +12,8 @@ from rccrawler.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger(__name__)
 
 
 class ParsingThread(CrawlerThread):
@@ -34,9 +37,16 @@ class ParsingThread(CrawlerThread):
             return False
         page, body = item
         parsed = parse_html(
-            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse
-        )
+            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse,
+            max_links=self.crawl.max_links_per_page, max_depth=self.crawl.max_html_depth,
+        )  # fmt: skip
         links, skipped = self.classify_links(page, parsed)
+        if parsed.truncated:
+            # The crawl goes on with what was kept; skipped.csv names where the cut began.
+            logger.warning("%s: parse budget: %s", page.url, parsed.truncated)
+            if parsed.first_cut_link:
+                cut = parsed.first_cut_link
+                skipped.append(SkippedLink(normalize_url(cut) or cut, SkipReason.TRUNCATED))
         self.process_page(page, body, parsed)
         self.data.store_parse(page.id, links, skipped)
         return True
