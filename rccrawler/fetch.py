@@ -189,6 +189,21 @@ def cap_cookie_header(value: str, limit: int = MAX_COOKIE_HEADER_BYTES) -> str:
     return "; ".join(kept)
 
 
+def location_text(raw: str) -> str:
+    """A Location header as the server meant it.
+
+    http.client decodes header bytes as latin-1, but servers send non-ASCII URLs as
+    UTF-8 (as browsers read them); re-reading those bytes as UTF-8 keeps ``/café`` from
+    becoming ``/cafÃ©``, percent-encoded twice. Bytes that are not UTF-8 stay latin-1.
+    """
+    if raw.isascii():
+        return raw
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return raw
+
+
 def request_deadline(timeout_s: float) -> float:
     """Seconds one whole request (connect, headers, body) may take: ``2 × timeout_s``.
 
@@ -598,7 +613,7 @@ class Fetcher:
             return DownloadResult(error=exc.kind, retryable=exc.retryable)
         location = ""
         if 300 <= response.status < 400:
-            location = response.headers.get("location", "").strip()
+            location = location_text(response.headers.get("location", "")).strip()
         retry_after = None
         if response.status in (429, 503):
             retry_after = parse_retry_after(response.headers.get("retry-after"))

@@ -25,6 +25,7 @@ from rccrawler.records import HostData
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
+from rccrawler.traps import QueryVariantLimit
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
 from rccrawler.urls import host_of, normalize_url, request_url
 
@@ -139,6 +140,8 @@ class ApplicationManager:
         self.fetcher = Fetcher(
             settings.crawl, self.cookie_jar, on_cookies_changed=self.cookies_changed
         )
+        self.query_variants = QueryVariantLimit(settings.crawl.max_query_variants)
+        """Shared by the parsing threads: the query-string trap limit (crawl.max_query_variants)."""
 
     @staticmethod
     def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:

@@ -10,12 +10,12 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from http.cookiejar import CookieJar
 
 import pytest
 import yaml
-from webserver import HTML, TEXT, Request, Resource, redirect
+from webserver import HTML, NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
 from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
@@ -333,3 +333,58 @@ def test_a_million_link_page_and_100000_nested_divs_finish_in_bounded_memory(ser
     # The cut pages are still pages, and the link under 100,000 divs was found and crawled.
     assert report["sites"]["links.test"]["pages_done"] >= 1
     assert report["sites"]["deep.test"]["pages_done"] == 2
+
+
+# -- smaller holes --------------------------------------------------------------------------
+
+
+def test_utf8_in_a_location_header_is_read_as_utf8(serve, crawler):
+    # http.server writes header text as latin-1: this sends the UTF-8 bytes of "/café".
+    location = "/café".encode().decode("latin-1")
+    server = serve({"a.test": {"/": html('<a href="/old">old</a>'), "/old": redirect(location),
+                               "/caf%C3%A9": html("coffee")}})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    assert "/caf%C3%A9" in server.paths_for("a.test")  # not /caf%C3%83%C2%A9
+    assert "http://a.test/caf%C3%A9" in result.graph("a.test").urls
+
+
+def test_redirects_to_javascript_or_data_are_skipped_with_reason_scheme(serve, crawler):
+    server = serve({"a.test": {
+        "/": html('<a href="/js">js</a> <a href="/data">data</a>'),
+        "/js": redirect("javascript:alert(document.cookie)"),
+        "/data": redirect("data:text/html,<script>alert(1)</script>"),
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    graph = result.graph("a.test")
+    assert graph.skip_reason("http://a.test/js") == "scheme"
+    assert graph.skip_reason("http://a.test/data") == "scheme"
+    assert "bad_redirect" not in result.report["sites"]["a.test"]["errors_by_kind"]
+
+
+def test_a_trap_of_unique_query_strings_is_bounded(serve, crawler):
+    def calendar(request: Request) -> Resource:
+        day = int(request.path.partition("=")[2] or 0)
+        return html(" ".join(f'<a href="/cal?d={day * 10 + i}">d</a>' for i in range(1, 11)))
+
+    long_path = "/" + "x" * 3000
+    start = html(f'<a href="/cal?d=0">calendar</a> <a href="{long_path}">long</a>')
+
+    class Calendar(Mapping[str, object]):  # every /cal?d=N exists, like a real calendar
+        def __getitem__(self, path: str) -> object:
+            return start if path == "/" else calendar if path.startswith("/cal?d=") else NOT_FOUND
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(("/",))
+
+        def __len__(self) -> int:
+            return 1
+
+    server = serve({"trap.test": Calendar()})
+    result = run_bounded(crawler, ["trap.test"], server.resolve,
+                         crawl={"max_query_variants": 30, "max_depth": 50})[0]  # fmt: skip
+    report = result.report["sites"]["trap.test"]
+    assert result.finished
+    assert report["pages_done"] == 1 + 30  # the start page and 30 days
+    assert report["skipped_by_reason"]["too_many_queries"] > 0
+    assert report["skipped_by_reason"]["too_long"] == 1
+    assert long_path not in server.paths_for("trap.test")

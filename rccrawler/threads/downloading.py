@@ -134,6 +134,10 @@ class DownloadingThread(CrawlerThread):
     def follow_redirect(self, page: PageData, result: DownloadResult, rules: RobotsRules) -> None:
         """Turn a 3xx into the page's next URL, or end the page with a reason (SPEC §5.5)."""
         target = resolve_link(page.url, result.location)
+        if target is not None and link_scope(target, page.host) == SkipReason.SCHEME:
+            # javascript:, data:, mailto:... are not fetched, like such links (SPEC §5.3).
+            self.data.store_redirect(page.id, target, target, SkipReason.SCHEME)
+            return
         normalized = normalize_url(target, self.crawl.normalize_options) if target else None
         if target is None or normalized is None:
             self.data.store_download(

@@ -30,6 +30,7 @@ class ParsingThread(CrawlerThread):
         crawl = manager.settings.crawl
         self.crawl = crawl
         self.options = crawl.normalize_options
+        self.query_variants = manager.query_variants
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -63,6 +64,7 @@ class ParsingThread(CrawlerThread):
         too_deep = page.level + 1 > self.crawl.max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
+        max_length = self.crawl.max_url_length
         for url in parsed.links:
             scope = link_scope(url, page.host)
             if scope is not None:
@@ -71,6 +73,13 @@ class ParsingThread(CrawlerThread):
             normalized = normalize_url(url, self.options)
             if normalized is None:
                 skipped.append(SkippedLink(url, SkipReason.SCHEME))
+                continue
+            if len(normalized) > max_length:
+                skipped.append(SkippedLink(normalized[:max_length], SkipReason.TOO_LONG))
+                continue
+            path, _, query = normalized.partition("?")
+            if not self.query_variants.admit(page.host, path, query):
+                skipped.append(SkippedLink(normalized, SkipReason.TOO_MANY_QUERIES))
                 continue
             if include and not any(token in url for token in include):
                 skipped.append(SkippedLink(normalized, SkipReason.INCLUDE))
