@@ -617,6 +617,13 @@ class Fetcher:
         retry_after = None
         if response.status in (429, 503):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
+            cap = self.settings.max_crawl_delay_ms / 1000.0
+            if retry_after is not None and retry_after > cap:
+                # The same ceiling as robots.txt's Crawl-delay: "come back in a year"
+                # must not keep the site (and so the crawl) from ever ending.
+                logger.warning("%s: Retry-After %.0f s is capped to %g s "
+                               "(crawl.max_crawl_delay_ms)", url, retry_after, cap)  # fmt: skip
+                retry_after = cap
         return DownloadResult(
             status=response.status,
             content_type=response.headers.get("content-type", ""),

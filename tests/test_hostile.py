@@ -388,3 +388,20 @@ def test_a_trap_of_unique_query_strings_is_bounded(serve, crawler):
     assert report["skipped_by_reason"]["too_many_queries"] > 0
     assert report["skipped_by_reason"]["too_long"] == 1
     assert long_path not in server.paths_for("trap.test")
+
+
+def test_a_huge_retry_after_is_capped_like_crawl_delay(serve, crawler):
+    hits: list[int] = []
+
+    def busy(request: Request) -> Resource:
+        hits.append(1)
+        if len(hits) == 1:
+            return Resource(b"busy", 503, (*TEXT, ("Retry-After", "31536000")))  # a year
+        return html("back")
+
+    server = serve({"busy.test": {"/": html('<a href="/busy">b</a>'), "/busy": busy}})
+    manager, outcome = run_bounded(crawler, ["busy.test"], server.resolve,
+                                   crawl={"max_crawl_delay_ms": 100})  # fmt: skip
+    assert outcome == [True]
+    assert manager.report["sites"]["busy.test"]["pages_done"] == 2
+    assert len(hits) == 2  # asked again once the capped wait was over
