@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
-from rccrawler.safetext import TerminalSafeLogRecord, json_terminal_safe, terminal_safe
+from rccrawler.safetext import (
+    TerminalSafeFormatter,
+    TerminalSafeLogRecord,
+    json_terminal_safe,
+    terminal_safe,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -69,12 +74,10 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
     # Messages carry crawled text: escape control characters for every handler.
     logging.setLogRecordFactory(TerminalSafeLogRecord)
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+    formatter = TerminalSafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=handlers, force=True)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 

@@ -107,7 +107,7 @@ MAX_COOKIES = 3000
 """Cookies kept in the whole jar (RFC 6265 §6.1 asks for at least 3000)."""
 MAX_COOKIE_BYTES = 4096
 """Name + value + attributes of one cookie, as browsers cap it (RFC 6265 §6.1)."""
-MAX_COOKIE_HEADER_BYTES = 8192
+MAX_COOKIE_HEADER_BYTES = 4096
 """A Cookie request header never grows past this: the most specific cookies are sent,
 the rest left out, so a site that sets many cannot make every later request fail (431)."""
 

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
-__all__ = ["TerminalSafeLogRecord", "json_terminal_safe", "terminal_safe"]
+__all__ = [
+    "TerminalSafeFormatter",
+    "TerminalSafeLogRecord",
+    "json_terminal_safe",
+    "terminal_safe",
+]
 
 # C0 controls but tab, DEL, and the C1 controls (U+0080..U+009F).
 _CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# The same, newlines kept: a traceback is many lines of the crawler's own making.
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _C1 = re.compile(r"[\x7f-\x9f]")
 
 
@@ -48,3 +56,11 @@ class TerminalSafeLogRecord(logging.LogRecord):
 
     def getMessage(self) -> str:
         return terminal_safe(super().getMessage())
+
+
+class TerminalSafeFormatter(logging.Formatter):
+    """Escapes control characters in tracebacks too (an exception's message may quote a
+    URL or an answer), keeping their line breaks."""
+
+    def formatException(self, ei: Any) -> str:
+        return _CONTROLS_BUT_NEWLINE.sub(_escape, super().formatException(ei))

@@ -11,7 +11,12 @@ import pytest
 import yaml
 from webserver import HTML, Resource, redirect
 
-from rccrawler.safetext import TerminalSafeLogRecord, json_terminal_safe, terminal_safe
+from rccrawler.safetext import (
+    TerminalSafeFormatter,
+    TerminalSafeLogRecord,
+    json_terminal_safe,
+    terminal_safe,
+)
 
 ATTACK = "\x1b]0;pwned\x07\x1b[2J\x9b31m"
 
@@ -76,3 +81,14 @@ def test_escape_sequences_in_titles_and_redirects_never_reach_the_terminal(serve
         assert "\x1b" not in output and "\x9b" not in output and "\x07" not in output
     assert "\\x1b]0;pwned" in found.stdout  # ...shown, not obeyed
     assert json.loads(as_json.stdout.splitlines()[0])["title"].startswith("\x1b]0;pwned")
+
+
+def test_tracebacks_keep_their_lines_and_lose_their_escapes():
+    try:
+        raise ValueError(f"bad answer {ATTACK}")
+    except ValueError:
+        record = logging.getLogger("t").makeRecord("t", logging.ERROR, "f", 1, "failed", (),
+                                                   sys.exc_info())  # fmt: skip
+    text = TerminalSafeFormatter("%(message)s").format(record)
+    assert text.startswith("failed\nTraceback (most recent call last):\n")
+    assert "\x1b" not in text and "\\x1b]0;pwned" in text
