@@ -405,3 +405,19 @@ def test_a_huge_retry_after_is_capped_like_crawl_delay(serve, crawler):
     assert outcome == [True]
     assert manager.report["sites"]["busy.test"]["pages_done"] == 2
     assert len(hits) == 2  # asked again once the capped wait was over
+
+
+def test_a_huge_robots_txt_is_read_only_up_to_500_kib_everywhere(serve, crawler):
+    """Both the fetch and every thread's robots_for() read the first 500 KiB only."""
+    rules = b"".join(b"Disallow: /private/%d\n" % i for i in range(400_000))  # ~8.6 MB
+    robots = b"User-agent: *\n" + rules + b"Disallow: /late\n"
+    server = serve({"big.test": {
+        "/robots.txt": Resource(robots, headers=TEXT),
+        "/": html('<a href="/late">late</a> <a href="/private/7">p</a>'), "/late": html("late"),
+    }})  # fmt: skip
+    result = crawler.run(["big.test"], server.resolve, crawl={"max_body_bytes": 20_000_000})
+    assert result.finished
+    paths = server.paths_for("big.test")
+    assert "/late" in paths  # its rule lies past the cut
+    assert "/private/7" not in paths  # an early rule holds
+    assert result.graph("big.test").skip_reason("http://big.test/private/7") == "robots"
