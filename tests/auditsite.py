@@ -1,0 +1,69 @@
+"""A small site with everything a site audit looks for: broken links, redirects, a duplicate,
+a dangling page, mailto:/tel:/ftp: links and outbound links (the task plugins' tests)."""
+
+from __future__ import annotations
+
+from webserver import TEXT, Resource, redirect
+
+from rccrawler.loopback import Sites
+
+
+def page(*hrefs: str, text: str = "") -> Resource:
+    links = "".join(f'<a href="{h}">link</a> ' for h in hrefs)
+    return Resource(f"<html><body><p>{text}</p>{links}</body></html>".encode())
+
+
+def audit_sites() -> Sites:
+    """``a.test``: what each path answers is in its name; ``sub.a.test`` is another site."""
+    return {
+        "a.test": {
+            "/": page(
+                "/a",
+                "/b",
+                "/c",
+                "/missing",
+                "/doc.pdf",
+                "http://other.test/x",
+                "mailto:info@a.test",
+                "tel:+1-555-0100",
+                "/a#top",
+                "ftp://files.a.test/f.zip",
+                text="home <b>&amp;</b>",
+            ),
+            "/a": page(
+                "/",
+                "/b",
+                "/gone",
+                "/err",
+                "/garbled",
+                "mailto:Sales@A.test?subject=hi",
+                "https://Example.COM/page",
+                "http://sub.a.test/",
+                "http://other.test/y",
+            ),
+            "/b": page("/a", "/c", "/c-copy", "/missing", "/old", "/b"),
+            "/c": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
+            "/c-copy": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
+            "/doc.pdf": Resource(b"%PDF-1.4", 200, (("Content-Type", "application/pdf"),)),
+            "/gone": Resource(b"gone", 410, TEXT),
+            "/err": Resource(b"oops", 500, TEXT),
+            "/garbled": Resource(b"<html>never readable</html>", broken_gzip=True),
+            "/old": redirect("/moved"),
+            # /missing and /moved are not there: the server answers 404.
+        },
+        "sub.a.test": {"/": page()},
+    }
+
+
+BROKEN = {
+    # url: (status, pages linking to it)
+    "http://a.test/missing": ("404", {"http://a.test/", "http://a.test/b"}),
+    "http://a.test/gone": ("410", {"http://a.test/a"}),
+    "http://a.test/err": ("500", {"http://a.test/a"}),
+    "http://a.test/garbled": ("decode", {"http://a.test/a"}),
+    "http://a.test/moved": ("404", {"http://a.test/b"}),  # reached through /old's redirect
+}
+"""The broken internal links of ``a.test``, as a link checker must report them."""
+
+CRAWL = {"max_download_attempts": 1}
+"""Crawl settings for the audit site: a 500 is final at once (no back-off waits)."""
