@@ -28,6 +28,7 @@ def audit_sites() -> Sites:
                 "tel:+1-555-0100",
                 "/a#top",
                 "ftp://files.a.test/f.zip",
+                "/contact",
                 text="home <b>&amp;</b>",
             ),
             "/a": page(
@@ -44,6 +45,7 @@ def audit_sites() -> Sites:
             "/b": page("/a", "/c", "/c-copy", "/missing", "/old", "/b"),
             "/c": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
             "/c-copy": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
+            "/contact": page("mailto:info@a.test?cc=Desk%40A.TEST", "/"),
             "/doc.pdf": Resource(b"%PDF-1.4", 200, (("Content-Type", "application/pdf"),)),
             "/gone": Resource(b"gone", 410, TEXT),
             "/err": Resource(b"oops", 500, TEXT),

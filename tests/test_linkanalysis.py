@@ -56,7 +56,7 @@ def test_nodes_csv_and_graphml_carry_in_degree_and_pagerank(serve, crawler):
     assert list(graph.nodes[0])[-2:] == ["in_degree", "pagerank"]
     nodes = {int(n["id"]): n for n in graph.nodes if not n["duplicate_of"]}
     assert {n["url"] for n in nodes.values()} == {
-        f"http://a.test{p}" for p in ("/", "/a", "/b", "/c")
+        f"http://a.test{p}" for p in ("/", "/a", "/b", "/c", "/contact")
     }
     expected = networkx_ranks(list(nodes), graph.arcs)
     assert sum(float(n["pagerank"]) for n in nodes.values()) == pytest.approx(1.0, abs=1e-9)

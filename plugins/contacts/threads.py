@@ -1,0 +1,54 @@
+"""ContactsParsingThread: collects contacts through the seed spider's three link hooks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from plugins.contacts.book import (
+    Contact,
+    ContactBook,
+    contacts_of_other_link,
+    domain_of_link,
+    is_contact_page,
+)
+from rccrawler.exceptions import ConfigError
+from rccrawler.threads.parsing import ParsingThread
+
+if TYPE_CHECKING:
+    from rccrawler.html import ParsedPage
+    from rccrawler.manager import ApplicationManager
+    from rccrawler.records import PageData
+
+
+class ContactsParsingThread(ParsingThread):
+    """Parses as the seed spider does; its link hooks note e-mail addresses, phone numbers,
+    outbound domains and contact pages, and process_page() hands them to the ContactBook.
+
+    The hooks run on this thread only, between classify_links() and process_page() of
+    the same page, so the per-page list needs no lock; the ContactBook has its own.
+    """
+
+    def __init__(self, manager: ApplicationManager, index: int) -> None:
+        super().__init__(manager, index)
+        book = getattr(manager, "contact_book", None)
+        if not isinstance(book, ContactBook):
+            raise ConfigError("parsing_thread", f"{type(self).__name__} needs a ContactsManager")
+        self.book = book
+        self.page_contacts: list[Contact] = []
+
+    def found_internal_link(self, page: PageData, url: str) -> None:
+        if is_contact_page(url):
+            self.page_contacts.append(("contact_page", url))
+
+    def found_external_link(self, page: PageData, url: str) -> None:
+        domain = domain_of_link(url)
+        if domain is not None:
+            self.page_contacts.append(("domain", domain))
+
+    def found_other_link(self, page: PageData, url: str) -> None:
+        self.page_contacts.extend(contacts_of_other_link(url))
+
+    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
+        super().process_page(page, body, parsed)
+        found, self.page_contacts = self.page_contacts, []
+        self.book.add_page(page.host, page.normalized_url, found)

@@ -1,0 +1,130 @@
+"""The seed spider's link hooks (found_internal/external/other_link) and the contacts task."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+
+from auditsite import CRAWL, audit_sites
+from taskplugins import LinkHookRecorder
+
+from plugins.contacts.book import ContactBook, emails_of_mailto
+from rccrawler.manager import load_settings
+from rccrawler.unloaders import host_file_stem
+
+ROOT = "http://a.test/"
+
+
+def test_each_link_reaches_one_hook_once_on_a_parsing_thread(serve, crawler):
+    LinkHookRecorder.calls.clear()
+    server = serve(audit_sites())
+    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+                         parsing_thread="taskplugins.LinkHookRecorder")  # fmt: skip
+    assert result.finished
+    calls = LinkHookRecorder.calls
+    assert {name for *_, name in calls} <= {"LinkHookRecorder-0", "LinkHookRecorder-1"}
+    on_root = Counter((kind, url) for kind, page, url, _ in calls if page == ROOT)
+    assert on_root == Counter({
+        ("internal", "http://a.test/a"): 1,  # "/a" and "/a#top" are one link
+        ("internal", "http://a.test/b"): 1,
+        ("internal", "http://a.test/c"): 1,
+        ("internal", "http://a.test/missing"): 1,
+        ("internal", "http://a.test/doc.pdf"): 1,
+        ("internal", "http://a.test/contact"): 1,
+        ("external", "http://other.test/x"): 1,
+        ("other", "mailto:info@a.test"): 1,
+        ("other", "tel:+1-555-0100"): 1,
+        ("other", "ftp://files.a.test/f.zip"): 1,
+    })  # fmt: skip
+    on_a = {(kind, url) for kind, page, url, _ in calls if page == "http://a.test/a"}
+    assert {u for k, u in on_a if k == "external"} == {
+        "https://Example.COM/page", "http://sub.a.test/", "http://other.test/y",
+    }  # fmt: skip
+    # Only parsed pages call hooks: nodes, not errors, PDFs or duplicates.
+    assert {page for _, page, _, _ in calls} == {
+        f"http://a.test{p}" for p in ("/", "/a", "/b", "/c", "/contact")
+    }
+    assert len(calls) == len(set(calls))
+
+
+def read_contacts(result, host="a.test"):
+    path = result.output_dir / f"{host_file_stem(host)}.contacts.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["kind", "value", "found_on"]
+    return {tuple(row) for row in rows[1:]}
+
+
+EXPECTED = {
+    ("email", "info@a.test", "http://a.test/"),
+    ("email", "info@a.test", "http://a.test/c"),
+    ("email", "info@a.test", "http://a.test/contact"),
+    ("email", "Desk@a.test", "http://a.test/contact"),
+    ("email", "Sales@a.test", "http://a.test/a"),
+    ("phone", "+1-555-0100", "http://a.test/"),
+    ("domain", "other.test", "http://a.test/"),
+    ("domain", "other.test", "http://a.test/a"),
+    ("domain", "example.com", "http://a.test/a"),
+    ("domain", "sub.a.test", "http://a.test/a"),
+    ("contact_page", "http://a.test/contact", "http://a.test/"),
+}
+
+
+def test_contacts_task_collects_mailto_addresses_and_domains_exactly(serve, crawler):
+    server = serve(audit_sites())
+    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+                         manager="plugins.contacts.ContactsManager")  # fmt: skip
+    assert result.finished
+    assert read_contacts(result) == EXPECTED
+    # The web graph is still written beside it.
+    assert "http://a.test/contact" in result.graph("a.test").urls
+
+
+def test_fresh_discards_the_journal_and_a_new_crawl_starts_it_empty(serve, crawler, tmp_path):
+    server = serve(audit_sites())
+    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+                         manager="plugins.contacts.ContactsManager")  # fmt: skip
+    journal = result.manager.state_dir / "contacts.jsonl"
+    assert journal.exists()
+    path = crawler.settings_file(
+        ["a.test"], server.resolve, crawl=CRAWL, manager="plugins.contacts.ContactsManager"
+    )
+    manager_cls, settings = load_settings(path)
+    manager_cls.fresh(settings)
+    assert not journal.exists()
+    # A stale journal with no crawl state behind it is not reported.
+    journal.write_text('["a.test", "email", "stale@x.test", "http://a.test/"]\n')
+    manager = manager_cls(settings)
+    assert manager.run()
+    assert read_contacts(result) == EXPECTED
+
+
+def test_journal_survives_a_cut_line_and_reads_as_a_set(tmp_path):
+    path = tmp_path / "contacts.jsonl"
+    path.write_text(
+        '["a.test", "email", "x@a.test", "http://a.test/"]\n'
+        '["a.test", "email", "x@a.test", "http://a.test/"]\n'
+        '["a.test", "domain", "b.te'  # a killed process stopped here
+    )
+    book = ContactBook(path)
+    book.open(fresh=False)
+    book.add_page("a.test", "http://a.test/p", [("domain", "c.test"), ("domain", "c.test")])
+    book.add_page("b.test", "http://b.test/", [("email", "y@b.test")])
+    book.close()
+    assert book.read("a.test") == [
+        ("domain", "c.test", "http://a.test/p"),
+        ("email", "x@a.test", "http://a.test/"),
+    ]
+    assert book.read("b.test") == [("email", "y@b.test", "http://b.test/")]
+    book.open(fresh=True)
+    book.close()
+    assert book.read("a.test") == []
+
+
+def test_mailto_addresses():
+    assert emails_of_mailto("mailto:a@X.org,b%40y.ORG?cc=c@z.org&subject=hi&body=d@w.org") == [
+        "a@x.org", "b@y.org", "c@z.org",
+    ]  # fmt: skip
+    assert emails_of_mailto("mailto:?to=Joe@Ex.com") == ["Joe@ex.com"]
+    assert emails_of_mailto("mailto:not an address") == []
+    assert emails_of_mailto("mailto:") == []
