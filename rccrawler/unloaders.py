@@ -6,19 +6,22 @@ import json
 import logging
 import os
 import tempfile
+import threading
+import weakref
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from rccrawler.records import PageData, PageState
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def host_file_stem(host: str) -> str:
@@ -38,6 +41,31 @@ def atomic_write(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+_shared: weakref.WeakKeyDictionary[ApplicationManager, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_shared_lock = threading.Lock()
+
+
+def shared_result(manager: ApplicationManager, key: str, host: str, compute: Callable[[], T]) -> T:
+    """A result several unloaders of one crawl need (PageRank, broken links...): the first
+    to ask computes it, the others get the same object.
+
+    Args:
+        manager: the finished crawl's manager (the cache lives as long as it).
+        key: what is computed, e.g. ``"webgraph.analysis"``.
+        host: the site.
+        compute: makes the result when it is not known yet.
+    """
+    with _shared_lock:
+        known = _shared.setdefault(manager, {})
+        if (key, host) in known:
+            return known[(key, host)]  # type: ignore[no-any-return]
+    result = compute()
+    with _shared_lock:
+        return _shared[manager].setdefault((key, host), result)  # type: ignore[no-any-return]
 
 
 class ResultUnloader:
@@ -110,11 +138,15 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
 
 
 class ReportUnloader(ResultUnloader):
-    """Writes ``report.json`` (SPEC §8)."""
+    """Writes ``report.json`` (SPEC §8); a task's subclass adds its own keys in build()."""
+
+    def build(self) -> dict[str, Any]:
+        """The report to write (and keep as ``manager.report``)."""
+        return build_report(self.manager)
 
     def unload(self) -> list[Path]:
         path = self.output_dir / "report.json"
-        report = build_report(self.manager)
+        report = self.build()
         with atomic_write(path) as handle:
             json.dump(report, handle, indent=2, sort_keys=False)
             handle.write("\n")

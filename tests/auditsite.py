@@ -37,12 +37,13 @@ def audit_sites() -> Sites:
                 "/gone",
                 "/err",
                 "/garbled",
+                "/old2",
                 "mailto:Sales@A.test?subject=hi",
                 "https://Example.COM/page",
                 "http://sub.a.test/",
                 "http://other.test/y",
             ),
-            "/b": page("/a", "/c", "/c-copy", "/missing", "/old", "/b"),
+            "/b": page("/a", "/c", "/c-copy", "/missing", "/old", "/b", "/loop"),
             "/c": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
             "/c-copy": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
             "/contact": page("mailto:info@a.test?cc=Desk%40A.TEST", "/"),
@@ -51,9 +52,12 @@ def audit_sites() -> Sites:
             "/err": Resource(b"oops", 500, TEXT),
             "/garbled": Resource(b"<html>never readable</html>", broken_gzip=True),
             "/old": redirect("/moved"),
+            "/old2": redirect("/missing"),  # an alias of a known page
+            "/loop": redirect("/loop"),  # an error of the crawl's rules, not a broken link
             # /missing and /moved are not there: the server answers 404.
         },
         "sub.a.test": {"/": page()},
+        "dead.test": {"/": Resource(b"down for maintenance", 503, TEXT)},
     }
 
 
@@ -63,7 +67,8 @@ BROKEN = {
     "http://a.test/gone": ("410", {"http://a.test/a"}),
     "http://a.test/err": ("500", {"http://a.test/a"}),
     "http://a.test/garbled": ("decode", {"http://a.test/a"}),
-    "http://a.test/moved": ("404", {"http://a.test/b"}),  # reached through /old's redirect
+    "http://a.test/old": ("404", {"http://a.test/b"}),  # redirected to /moved, a 404
+    "http://a.test/old2": ("404", {"http://a.test/a"}),  # redirected to /missing
 }
 """The broken internal links of ``a.test``, as a link checker must report them."""
 

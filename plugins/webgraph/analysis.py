@@ -8,11 +8,11 @@ the result through :func:`site_analysis`.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from rccrawler.unloaders import shared_result
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -123,25 +123,15 @@ def analyse(
     return LinkAnalysis(ids, in_degree, rank, iterations, index)
 
 
-_cache: weakref.WeakKeyDictionary[ApplicationManager, dict[str, LinkAnalysis]] = (
-    weakref.WeakKeyDictionary()
-)
-_cache_lock = threading.Lock()
-
-
 def site_analysis(manager: ApplicationManager, host: str) -> LinkAnalysis:
-    """The link analysis of one site of a finished crawl, computed once per manager
+    """The link analysis of one site of a finished crawl, computed once per crawl
     (the CSV, GraphML and HTML unloaders all need it)."""
-    with _cache_lock:
-        known = _cache.setdefault(manager, {}).get(host)
-    if known is not None:
-        return known
     from plugins.webgraph.unloaders import is_node  # it imports this module
 
-    data = manager.data
-    # A duplicate is not a node of its own: its links count for the page it duplicates.
-    nodes = (p.id for p in data.iter_pages(host) if is_node(p) and p.replace_id is None)
-    result = analyse(nodes, data.iter_arcs(host))
-    with _cache_lock:
-        _cache.setdefault(manager, {})[host] = result
-    return result
+    def compute() -> LinkAnalysis:
+        data = manager.data
+        # A duplicate is not a node of its own: its links count for the page it duplicates.
+        nodes = (p.id for p in data.iter_pages(host) if is_node(p) and p.replace_id is None)
+        return analyse(nodes, data.iter_arcs(host))
+
+    return shared_result(manager, "webgraph.analysis", host, compute)
