@@ -7,6 +7,9 @@ from webserver import TEXT, Resource, redirect
 
 from rccrawler.loopback import Sites
 
+HOSTILE_TYPE = "text/x-<b>bold</b>&'\""
+"""A content type a report must show as text, not as markup."""
+
 
 def page(*hrefs: str, text: str = "") -> Resource:
     links = "".join(f'<a href="{h}">link</a> ' for h in hrefs)
@@ -44,9 +47,11 @@ def audit_sites() -> Sites:
                 "http://other.test/y",
             ),
             "/b": page("/a", "/c", "/c-copy", "/missing", "/old", "/b", "/loop"),
-            "/c": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
-            "/c-copy": page("mailto:info@a.test", text="a dead end <script>alert(1)</script>"),
+            "/c": page("mailto:info@a.test", "/weird", "/q?a=1&b='x'", text="a dead end"),
+            "/c-copy": page("mailto:info@a.test", "/weird", "/q?a=1&b='x'", text="a dead end"),
             "/contact": page("mailto:info@a.test?cc=Desk%40A.TEST", "/"),
+            "/weird": Resource(b"?", 200, (("Content-Type", HOSTILE_TYPE),)),
+            "/q?a=1&b='x'": page(text="a query"),
             "/doc.pdf": Resource(b"%PDF-1.4", 200, (("Content-Type", "application/pdf"),)),
             "/gone": Resource(b"gone", 410, TEXT),
             "/err": Resource(b"oops", 500, TEXT),
@@ -72,5 +77,7 @@ BROKEN = {
 }
 """The broken internal links of ``a.test``, as a link checker must report them."""
 
-CRAWL = {"max_download_attempts": 1}
-"""Crawl settings for the audit site: a 500 is final at once (no back-off waits)."""
+AUDIT = {"crawl": {"max_download_attempts": 1}, "threads": {"downloading": 1, "parsing": 2}}
+"""Settings for crawling the audit site: a 500 is final at once (no back-off waits), and
+one downloader fetches in queue order, so /c (level 1) is always the page that /c-copy
+(level 2) duplicates, never the other way round."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from collections import Counter
 
-from auditsite import CRAWL, audit_sites
+from auditsite import AUDIT, audit_sites
 from taskplugins import LinkHookRecorder
 
 from plugins.contacts.book import ContactBook, emails_of_mailto
@@ -18,7 +18,7 @@ ROOT = "http://a.test/"
 def test_each_link_reaches_one_hook_once_on_a_parsing_thread(serve, crawler):
     LinkHookRecorder.calls.clear()
     server = serve(audit_sites())
-    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+    result = crawler.run(["a.test"], server.resolve, **AUDIT,
                          parsing_thread="taskplugins.LinkHookRecorder")  # fmt: skip
     assert result.finished
     calls = LinkHookRecorder.calls
@@ -72,7 +72,7 @@ EXPECTED = {
 
 def test_contacts_task_collects_mailto_addresses_and_domains_exactly(serve, crawler):
     server = serve(audit_sites())
-    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+    result = crawler.run(["a.test"], server.resolve, **AUDIT,
                          manager="plugins.contacts.ContactsManager")  # fmt: skip
     assert result.finished
     assert read_contacts(result) == EXPECTED
@@ -82,12 +82,12 @@ def test_contacts_task_collects_mailto_addresses_and_domains_exactly(serve, craw
 
 def test_fresh_discards_the_journal_and_a_new_crawl_starts_it_empty(serve, crawler, tmp_path):
     server = serve(audit_sites())
-    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL,
+    result = crawler.run(["a.test"], server.resolve, **AUDIT,
                          manager="plugins.contacts.ContactsManager")  # fmt: skip
     journal = result.manager.state_dir / "contacts.jsonl"
     assert journal.exists()
     path = crawler.settings_file(
-        ["a.test"], server.resolve, crawl=CRAWL, manager="plugins.contacts.ContactsManager"
+        ["a.test"], server.resolve, **AUDIT, manager="plugins.contacts.ContactsManager"
     )
     manager_cls, settings = load_settings(path)
     manager_cls.fresh(settings)

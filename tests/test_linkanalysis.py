@@ -6,7 +6,7 @@ import random
 
 import networkx as nx
 import pytest
-from auditsite import CRAWL, audit_sites
+from auditsite import AUDIT, audit_sites
 
 from plugins.webgraph.analysis import analyse
 from rccrawler.sample_sites import generated_site
@@ -50,13 +50,13 @@ def test_small_graphs():
 
 def test_nodes_csv_and_graphml_carry_in_degree_and_pagerank(serve, crawler):
     server = serve(audit_sites())
-    result = crawler.run(["a.test"], server.resolve, crawl=CRAWL)
+    result = crawler.run(["a.test"], server.resolve, **AUDIT)
     assert result.finished
     graph = result.graph("a.test")
     assert list(graph.nodes[0])[-2:] == ["in_degree", "pagerank"]
     nodes = {int(n["id"]): n for n in graph.nodes if not n["duplicate_of"]}
     assert {n["url"] for n in nodes.values()} == {
-        f"http://a.test{p}" for p in ("/", "/a", "/b", "/c", "/contact")
+        f"http://a.test{p}" for p in ("/", "/a", "/b", "/c", "/contact", "/q?a=1&b='x'")
     }
     expected = networkx_ranks(list(nodes), graph.arcs)
     assert sum(float(n["pagerank"]) for n in nodes.values()) == pytest.approx(1.0, abs=1e-9)

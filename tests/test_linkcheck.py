@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 
-from auditsite import BROKEN, CRAWL, audit_sites
+from auditsite import AUDIT, BROKEN, audit_sites
 
 from rccrawler.unloaders import host_file_stem
 
@@ -20,7 +20,7 @@ def read_broken(result, host):
 
 def test_linkcheck_finds_every_broken_link_and_its_pages(serve, crawler):
     server = serve(audit_sites())
-    result = crawler.run(["a.test", "dead.test"], server.resolve, crawl=CRAWL,
+    result = crawler.run(["a.test", "dead.test"], server.resolve, **AUDIT,
                          manager="plugins.linkcheck.LinkCheckManager")  # fmt: skip
     assert result.finished
     expected = {(url, status, page) for url, (status, pages) in BROKEN.items() for page in pages}

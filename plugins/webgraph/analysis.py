@@ -112,8 +112,10 @@ def analyse(
         lost = sum(rank[i] for i in dangling)
         base = (1.0 - damping + damping * lost) / count
         new = array("d", [base]) * count
+        # What each node sends along each of its arcs this round.
+        send = array("d", [damping * r * f for r, f in zip(rank, share, strict=True)])
         for s, t in zip(sources, targets, strict=True):
-            new[t] += damping * rank[s] * share[s]
+            new[t] += send[s]
         change = sum(abs(a - b) for a, b in zip(new, rank, strict=True))
         rank = new
         if change < tolerance:
