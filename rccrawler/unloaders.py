@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from rccrawler.records import PageData, PageState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from rccrawler.manager import ApplicationManager
 
@@ -83,6 +84,27 @@ class ResultUnloader:
     def unload(self) -> list[Path]:
         """Write the results; return the files written."""
         raise NotImplementedError
+
+    def write_site_csvs(
+        self,
+        suffix: str,
+        header: Sequence[str],
+        rows_of: Callable[[str], Iterable[Sequence[object]]],
+    ) -> list[Path]:
+        """Write ``H.<suffix>`` for every site: ``header``, then ``rows_of(host)``.
+
+        Returns:
+            The files written.
+        """
+        written = []
+        for host in self.data.hosts():
+            path = self.output_dir / f"{host_file_stem(host.host)}.{suffix}"
+            with atomic_write(path, newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(header)
+                writer.writerows(rows_of(host.host))
+            written.append(path)
+        return written
 
 
 def page_skip_reason(page: PageData) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 from typing import TYPE_CHECKING
 
 from plugins.contacts.book import ContactBook
-from rccrawler.unloaders import ResultUnloader, atomic_write, host_file_stem
+from rccrawler.unloaders import ResultUnloader
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,12 +20,4 @@ class ContactsUnloader(ResultUnloader):
         book = getattr(self.manager, "contact_book", None)
         if not isinstance(book, ContactBook):
             return []
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.contacts.csv"
-            with atomic_write(path, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(CONTACTS_HEADER)
-                writer.writerows(book.read(host.host))
-            written.append(path)
-        return written
+        return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, book.read)

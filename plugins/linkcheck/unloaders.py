@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import csv
 from typing import TYPE_CHECKING, Any
 
 from plugins.linkcheck.broken import BrokenLink, find_broken
-from rccrawler.unloaders import (
-    ReportUnloader,
-    ResultUnloader,
-    atomic_write,
-    host_file_stem,
-    shared_result,
-)
+from rccrawler.unloaders import ReportUnloader, ResultUnloader, shared_result
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,16 +24,13 @@ class BrokenLinksUnloader(ResultUnloader):
     """Writes ``H.broken.csv``: one row per broken URL and page linking to it (SPEC §8)."""
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.broken.csv"
-            with atomic_write(path, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(BROKEN_HEADER)
-                for link in site_broken_links(self.manager, host.host):
-                    writer.writerows(link.rows())
-            written.append(path)
-        return written
+        return self.write_site_csvs(
+            "broken.csv",
+            BROKEN_HEADER,
+            lambda host: (
+                row for link in site_broken_links(self.manager, host) for row in link.rows()
+            ),
+        )
 
 
 class LinkCheckReportUnloader(ReportUnloader):
