@@ -5,8 +5,11 @@ from __future__ import annotations
 import csv
 from collections import Counter
 
-from auditsite import AUDIT, audit_sites
+from auditsite import AUDIT, audit_sites, page
+from crawling import CrawlResult, CrawlRunner
 from taskplugins import LinkHookRecorder
+from test_resume import kill9, run, spawn, wait_for_hits
+from webserver import Resource
 
 from plugins.contacts.book import ContactBook, emails_of_mailto
 from rccrawler.manager import load_settings
@@ -128,3 +131,37 @@ def test_mailto_addresses():
     assert emails_of_mailto("mailto:?to=Joe@Ex.com") == ["Joe@ex.com"]
     assert emails_of_mailto("mailto:not an address") == []
     assert emails_of_mailto("mailto:") == []
+
+
+def contacts_site(pages: int) -> dict[str, Resource]:
+    """Page i links to pages 3i+1..3i+3, writes to u{i}@a.test and links out to x{i % 7}.test."""
+    site = {}
+    for i in range(pages):
+        children = [f"/p{c}" for c in range(3 * i + 1, min(pages, 3 * i + 4))]
+        site["/" if i == 0 else f"/p{i}"] = page(
+            *children, f"mailto:u{i}@a.test", f"http://x{i % 7}.test/{i}"
+        )
+    return site
+
+
+def test_a_killed_crawl_resumes_with_exactly_the_contacts_of_an_uninterrupted_one(serve, tmp_path):
+    site = contacts_site(600)
+    options = {"manager": "plugins.contacts.ContactsManager"}
+    reference_server = serve({"a.test": site})
+    reference = CrawlRunner(tmp_path / "reference").run(
+        ["a.test"], reference_server.resolve, **options
+    )
+    expected = read_contacts(reference)
+    assert len({v for k, v, _ in expected if k == "email"}) == 600
+
+    server = serve({"a.test": site})
+    runner = CrawlRunner(tmp_path / "killed")
+    config = runner.settings_file(["a.test"], server.resolve, **options)
+    for threshold in (60, 250, 450):
+        proc = spawn(config)
+        wait_for_hits(server, threshold, proc)
+        kill9(proc)
+    final = run(config)
+    assert final.returncode == 0, final.stderr
+    killed = CrawlResult(True, tmp_path / "killed" / "output", {}, None)  # type: ignore[arg-type]
+    assert read_contacts(killed) == expected
