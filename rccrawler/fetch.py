@@ -175,8 +175,9 @@ class Fetcher:
         referer: str = "",
         max_bytes: int | None = None,
         on_send: Callable[[], None] | None = None,
+        method: str = "GET",
     ) -> Response:
-        """GET ``url``; redirects are returned, not followed.
+        """GET ``url`` (or HEAD it, for a link checker); redirects are returned, not followed.
 
         The body is decoded (gzip, deflate, br) and cut after ``max_bytes``
         (default ``crawl.max_body_bytes``), which also ends an endless body.
@@ -220,12 +221,12 @@ class Fetcher:
                     ip.strip("[]"), int(mapped_port), scheme, pool_kwargs=pool_kwargs
                 )
                 resp = conn.urlopen(
-                    "GET", target, headers=headers, redirect=False, retries=False,
+                    method, target, headers=headers, redirect=False, retries=False,
                     preload_content=False, assert_same_host=False, timeout=self.timeout,
                 )  # fmt: skip
             else:
                 resp = self.pool.urlopen(
-                    "GET", url, headers=headers, redirect=False, retries=False,
+                    method, url, headers=headers, redirect=False, retries=False,
                     preload_content=False, timeout=self.timeout,
                 )  # fmt: skip
             truncated = False

@@ -11,7 +11,8 @@ from taskplugins import LinkHookRecorder
 from test_resume import kill9, run, spawn, wait_for_hits
 from webserver import Resource
 
-from plugins.contacts.book import ContactBook, emails_of_mailto
+from plugins.contacts.book import emails_of_mailto
+from plugins.journal import FindingsJournal
 from rccrawler.manager import load_settings
 from rccrawler.unloaders import host_file_stem
 
@@ -109,7 +110,7 @@ def test_journal_survives_a_cut_line_and_reads_as_a_set(tmp_path):
         '["a.test", "email", "x@a.test", "http://a.test/"]\n'
         '["a.test", "domain", "b.te'  # a killed process stopped here
     )
-    book = ContactBook(path)
+    book = FindingsJournal(path)
     book.open(fresh=False)
     book.add_page("a.test", "http://a.test/p", [("domain", "c.test"), ("domain", "c.test")])
     book.add_page("b.test", "http://b.test/", [("email", "y@b.test")])

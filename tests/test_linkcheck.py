@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import csv
+import itertools
+import socket
+from collections import Counter
+from collections.abc import Callable
 
-from auditsite import AUDIT, BROKEN, audit_sites
+import pytest
+from auditsite import AUDIT, BROKEN, audit_sites, page
+from test_crawl import JITTER
+from webserver import NOT_FOUND, TEXT, Request, Resource, redirect
 
+from rccrawler.exceptions import ConfigError
+from rccrawler.manager import load_settings
 from rccrawler.unloaders import host_file_stem
 
 
@@ -45,3 +54,66 @@ def test_a_site_without_broken_links_gets_a_header_only(serve, crawler):
                          manager="plugins.linkcheck.LinkCheckManager")  # fmt: skip
     assert read_broken(result, "ok.test") == set()
     assert result.report["sites"]["ok.test"]["broken_links"] == []
+
+
+def no_head(answer: Resource) -> Callable[[Request], Resource]:
+    """A server that refuses HEAD (405) and answers GET with ``answer``."""
+    return lambda request: Resource(b"", 405, TEXT) if request.method == "HEAD" else answer
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_check_external_asks_each_external_link_once_politely(serve, crawler):
+    ext = [f"http://ext.test{p}" for p in ("/ok", "/missing", "/nohead", "/nohead-gone", "/moved")]
+    server = serve({
+        "a.test": {"/": page(*ext, "http://down.test/x", "/p"),
+                   "/p": page("http://ext.test/missing", "http://ext.test/ok")},
+        "b.test": {"/": page("http://ext.test/missing")},
+        "ext.test": {"/ok": page(), "/nohead": no_head(page()),
+                     "/nohead-gone": no_head(NOT_FOUND), "/moved": redirect("/missing")},
+    })  # fmt: skip
+    resolve = {**server.resolve, "down.test:80": f"127.0.0.1:{closed_port()}"}
+    result = crawler.run(["a.test", "b.test"], resolve,
+                         crawl={"crawl_delay_ms": 50, "max_download_attempts": 1},
+                         linkcheck={"check_external": True},
+                         manager="plugins.linkcheck.LinkCheckManager")  # fmt: skip
+    assert result.finished
+    rows = read_broken(result, "a.test")
+    # A refused connection: fetch.py names it (urllib3 reports it as a connect timeout).
+    down = {(url, page) for url, status, page in rows if status in ("connection", "timeout")}
+    assert down == {("http://down.test/x", "http://a.test/")}
+    assert {row for row in rows if row[0] != "http://down.test/x"} == {
+        ("http://ext.test/missing", "404", "http://a.test/"),
+        ("http://ext.test/missing", "404", "http://a.test/p"),
+        ("http://ext.test/nohead-gone", "404", "http://a.test/"),
+        ("http://ext.test/moved", "404", "http://a.test/"),
+    }
+    assert read_broken(result, "b.test") == {("http://ext.test/missing", "404", "http://b.test/")}
+    # Each link once, HEAD first, GET only where HEAD was refused; the redirect is followed.
+    asked = [
+        (hit.method, hit.path) for hit in sorted(server.hits_for("ext.test"), key=lambda h: h.at)
+    ]
+    assert Counter(asked) == Counter({
+        ("HEAD", "/ok"): 1, ("HEAD", "/missing"): 2, ("HEAD", "/moved"): 1,
+        ("HEAD", "/nohead"): 1, ("GET", "/nohead"): 1,
+        ("HEAD", "/nohead-gone"): 1, ("GET", "/nohead-gone"): 1,
+    })  # fmt: skip
+    # One request at a time to ext.test, the crawl delay apart.
+    times = sorted(hit.at for hit in server.hits_for("ext.test"))
+    assert all(later - earlier >= 0.05 - JITTER for earlier, later in itertools.pairwise(times))
+    assert server.peak_in_flight["ext.test"] == 1
+
+
+def test_check_external_must_be_a_boolean(tmp_path, crawler):
+    path = crawler.settings_file(["a.test"], {}, manager="plugins.linkcheck.LinkCheckManager",
+                                 linkcheck={"check_external": "yes"})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"linkcheck\.check_external"):
+        load_settings(path)
+    path = crawler.settings_file(["a.test"], {}, manager="plugins.linkcheck.LinkCheckManager",
+                                 linkcheck={"check_externals": True})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"linkcheck\.check_externals: unknown key"):
+        load_settings(path)

@@ -3,9 +3,8 @@ collected through the parsing thread's link hooks, written as ``H.contacts.csv``
 
 from __future__ import annotations
 
-from plugins.contacts.book import ContactBook
 from plugins.contacts.manager import ContactsManager
 from plugins.contacts.threads import ContactsParsingThread
 from plugins.contacts.unloaders import ContactsUnloader
 
-__all__ = ["ContactBook", "ContactsManager", "ContactsParsingThread", "ContactsUnloader"]
+__all__ = ["ContactsManager", "ContactsParsingThread", "ContactsUnloader"]

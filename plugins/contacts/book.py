@@ -1,21 +1,8 @@
-"""ContactBook: what the contacts task found, journalled in the state directory.
-
-The link hooks run before a page's parse is stored, and a page whose parse was not
-stored is parsed again after a crash, so the journal is at-least-once and is read
-back as a set: a resumed crawl reports exactly what one uninterrupted crawl would.
-"""
+"""What the contacts task looks for in a link: e-mail addresses, phone numbers, domains."""
 
 from __future__ import annotations
 
-import json
-import os
-import threading
-from typing import IO, TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from pathlib import Path
 
 Contact = tuple[str, str]
 """(kind, value): ("email", "info@a.test"), ("phone", "+1-555-0100"), ("domain", "b.test"),
@@ -68,67 +55,3 @@ def is_contact_page(url: str) -> bool:
     except ValueError:
         return False
     return any(word in path for word in CONTACT_PAGE_WORDS)
-
-
-class ContactBook:
-    """An append-only journal of (host, kind, value, found_on), one JSON array a line.
-
-    Args:
-        path: the journal file (in the crawl's state directory).
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._handle: IO[str] | None = None
-
-    def open(self, *, fresh: bool) -> None:
-        """Open for appending; ``fresh`` empties it (a crawl with nothing parsed yet).
-
-        A line cut by a killed process is dropped, so the next one starts clean.
-        """
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if fresh:
-                self.path.write_text("", encoding="utf-8")
-            elif self.path.exists():
-                data = self.path.read_bytes()
-                keep = data.rfind(b"\n") + 1
-                if keep < len(data):
-                    os.truncate(self.path, keep)
-            self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-
-    def close(self) -> None:
-        with self._lock:
-            if self._handle is not None:
-                self._handle.close()
-                self._handle = None
-
-    def add_page(self, host: str, page_url: str, contacts: Iterable[Contact]) -> None:
-        """Record what one page holds, in one write (parsing threads call this at once)."""
-        lines = "".join(
-            json.dumps([host, kind, value, page_url], ensure_ascii=False) + "\n"
-            for kind, value in dict.fromkeys(contacts)
-        )
-        if not lines:
-            return
-        with self._lock:
-            if self._handle is None:
-                raise RuntimeError("the contact book is not open")
-            self._handle.write(lines)
-            self._handle.flush()  # in the OS's hands: a killed process loses nothing
-
-    def read(self, host: str) -> list[tuple[str, str, str]]:
-        """(kind, value, found_on) of a site, each once, sorted."""
-        found: set[tuple[str, str, str]] = set()
-        if not self.path.exists():
-            return []
-        with open(self.path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    site, kind, value, page_url = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a killed process
-                if site == host:
-                    found.add((kind, value, page_url))
-        return sorted(found)

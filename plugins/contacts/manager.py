@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-from plugins.contacts.book import ContactBook
 from plugins.contacts.threads import ContactsParsingThread
 from plugins.contacts.unloaders import ContactsUnloader
-from plugins.webgraph.manager import WebGraphManager
+from plugins.journal import JournalledManager
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from rccrawler.config import Settings
     from rccrawler.threads.parsing import ParsingThread
     from rccrawler.unloaders import ResultUnloader
 
-JOURNAL_FILE = "contacts.jsonl"
-"""The ContactBook's journal in ``state_dir`` (``--fresh`` removes it)."""
 
-
-class ContactsManager(WebGraphManager):
+class ContactsManager(JournalledManager):
     """Crawls like the web-graph task and writes ``H.contacts.csv``: e-mail addresses,
     phone numbers, outbound domains and contact pages, each with the pages holding it.
 
@@ -29,29 +22,9 @@ class ContactsManager(WebGraphManager):
     and only the one that writes the results sees its own finds.
     """
 
+    journal_file: ClassVar[str] = "contacts.jsonl"
     parsing_thread_cls: type[ParsingThread] = ContactsParsingThread
     unloader_classes: tuple[type[ResultUnloader], ...] = (
-        *WebGraphManager.unloader_classes,
+        *JournalledManager.unloader_classes,
         ContactsUnloader,
     )
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
-        self.contact_book = ContactBook(self.state_dir / JOURNAL_FILE)
-
-    def open(self) -> None:
-        super().open()
-        # Nothing parsed is stored yet: any journal left is of a discarded crawl (or
-        # of pages that will be parsed again), so start it empty.
-        self.contact_book.open(fresh=self.data.statistics().pages_done == 0)
-
-    def run(self) -> bool:
-        try:
-            return super().run()
-        finally:
-            self.contact_book.close()
-
-    @staticmethod
-    def discard_state(state_dir: Path) -> None:
-        WebGraphManager.discard_state(state_dir)
-        (state_dir / JOURNAL_FILE).unlink(missing_ok=True)

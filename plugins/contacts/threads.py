@@ -6,12 +6,11 @@ from typing import TYPE_CHECKING
 
 from plugins.contacts.book import (
     Contact,
-    ContactBook,
     contacts_of_other_link,
     domain_of_link,
     is_contact_page,
 )
-from rccrawler.exceptions import ConfigError
+from plugins.journal import journal_of
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
@@ -22,18 +21,15 @@ if TYPE_CHECKING:
 
 class ContactsParsingThread(ParsingThread):
     """Parses as the seed spider does; its link hooks note e-mail addresses, phone numbers,
-    outbound domains and contact pages, and process_page() hands them to the ContactBook.
+    outbound domains and contact pages, and process_page() hands them to the manager's journal.
 
     The hooks run on this thread only, between classify_links() and process_page() of
-    the same page, so the per-page list needs no lock; the ContactBook has its own.
+    the same page, so the per-page list needs no lock; the journal has its own.
     """
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
-        book = getattr(manager, "contact_book", None)
-        if not isinstance(book, ContactBook):
-            raise ConfigError("parsing_thread", f"{type(self).__name__} needs a ContactsManager")
-        self.book = book
+        self.journal = journal_of(manager, "parsing_thread")
         self.page_contacts: list[Contact] = []
 
     def found_internal_link(self, page: PageData, url: str) -> None:
@@ -51,4 +47,4 @@ class ContactsParsingThread(ParsingThread):
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
         super().process_page(page, body, parsed)
         found, self.page_contacts = self.page_contacts, []
-        self.book.add_page(page.host, page.normalized_url, found)
+        self.journal.add_page(page.host, page.normalized_url, found)

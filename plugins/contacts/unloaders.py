@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plugins.contacts.book import ContactBook
+from plugins.journal import JournalledManager
 from rccrawler.unloaders import ResultUnloader
 
 if TYPE_CHECKING:
@@ -17,7 +17,6 @@ class ContactsUnloader(ResultUnloader):
     """Writes ``H.contacts.csv``: one row per contact and page it was found on, sorted."""
 
     def unload(self) -> list[Path]:
-        book = getattr(self.manager, "contact_book", None)
-        if not isinstance(book, ContactBook):
+        if not isinstance(self.manager, JournalledManager):
             return []
-        return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, book.read)
+        return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, self.manager.journal.read)

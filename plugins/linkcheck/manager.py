@@ -1,29 +1,43 @@
-"""LinkCheckManager: a web-graph crawl that reports every broken internal link."""
+"""LinkCheckManager: a web-graph crawl that reports every broken link."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
+from plugins.journal import JournalledManager
+from plugins.linkcheck.external import check_external_enabled
+from plugins.linkcheck.threads import LinkCheckParsingThread
 from plugins.linkcheck.unloaders import BrokenLinksUnloader, LinkCheckReportUnloader
-from plugins.webgraph.manager import WebGraphManager
 from rccrawler.unloaders import ReportUnloader
 
 if TYPE_CHECKING:
+    from rccrawler.config import Settings
+    from rccrawler.threads.parsing import ParsingThread
     from rccrawler.unloaders import ResultUnloader
 
 
-class LinkCheckManager(WebGraphManager):
+class LinkCheckManager(JournalledManager):
     """Crawls the sites and lists every internal link that answered 4xx or 5xx or failed
     on the network, with every page linking to it (``H.broken.csv``, ``report.json``).
 
     The crawl itself finds them: every internal link is fetched once anyway, and the
-    DataManager keeps each page's final state and every arc to it.
+    DataManager keeps each page's final state and every arc to it. With
+    ``linkcheck: {check_external: true}`` the links to other hosts are journalled as
+    pages are parsed and checked once each when the crawl is over.
     """
 
+    settings_sections: ClassVar[tuple[str, ...]] = ("linkcheck",)
+    journal_file: ClassVar[str] = "external_links.jsonl"
+    parsing_thread_cls: type[ParsingThread] = LinkCheckParsingThread
     unloader_classes: tuple[type[ResultUnloader], ...] = (
         *(
             LinkCheckReportUnloader if cls is ReportUnloader else cls
-            for cls in WebGraphManager.unloader_classes
+            for cls in JournalledManager.unloader_classes
         ),
         BrokenLinksUnloader,
     )
+
+    @classmethod
+    def check_settings(cls, settings: Settings) -> None:
+        super().check_settings(settings)
+        check_external_enabled(settings)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from plugins.journal import journal_of
 from plugins.linkcheck.broken import BrokenLink, find_broken
+from plugins.linkcheck.external import ExternalChecker, check_external_enabled
+from plugins.linkcheck.threads import EXTERNAL
 from rccrawler.unloaders import ReportUnloader, ResultUnloader, shared_result
 
 if TYPE_CHECKING:
@@ -16,8 +20,48 @@ BROKEN_HEADER = ("url", "status", "found_on")
 
 
 def site_broken_links(manager: ApplicationManager, host: str) -> list[BrokenLink]:
-    """The broken links of a site, found once per crawl (both unloaders need them)."""
-    return shared_result(manager, "linkcheck.broken", host, lambda: find_broken(manager.data, host))
+    """The broken links of a site, internal and (with check_external) external, by URL;
+    found once per crawl (both unloaders need them)."""
+
+    def compute() -> list[BrokenLink]:
+        found = find_broken(manager.data, host)
+        statuses = external_statuses(manager)
+        if statuses:
+            pages: defaultdict[str, list[str]] = defaultdict(list)
+            for kind, url, page in journal_of(manager, "unloaders").read(host):
+                if kind == EXTERNAL and url in statuses:
+                    pages[url].append(page)
+            found += [
+                BrokenLink(url, statuses[url], tuple(sorted(on))) for url, on in pages.items()
+            ]
+        return sorted(found, key=lambda link: link.url)
+
+    return shared_result(manager, "linkcheck.broken", host, compute)
+
+
+def external_statuses(manager: ApplicationManager) -> dict[str, str]:
+    """{url: status} of the broken external links of every site, each checked once."""
+
+    def compute() -> dict[str, str]:
+        if not check_external_enabled(manager.settings):
+            return {}
+        journal = journal_of(manager, "unloaders")
+        urls = {
+            url
+            for host in manager.data.hosts()
+            for kind, url, _page in journal.read(host.host)
+            if kind == EXTERNAL
+        }
+        crawl = manager.settings.crawl
+        checker = ExternalChecker(
+            manager.fetcher,
+            delay=crawl.crawl_delay_ms / 1000,
+            max_redirects=crawl.max_redirects,
+            workers=manager.settings.downloading_threads,
+        )
+        return checker.check(urls)
+
+    return shared_result(manager, "linkcheck.external", "", compute)
 
 
 class BrokenLinksUnloader(ResultUnloader):
