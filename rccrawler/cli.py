@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import FrameType
 
-    from rccrawler.config import Settings
-    from rccrawler.data.base import DataManager
-    from rccrawler.data.postgres import PostgresDataManager
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger("rccrawler")
@@ -195,33 +192,20 @@ def print_summary(
     print(f"results in {manager.settings.output_dir}")
 
 
-def saved_postgres_state(settings: Settings) -> PostgresDataManager | None:
-    """The PostgreSQL state of these settings, unopened; None when no crawl saved one."""
-    from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-    schema = schema_for(str(settings.state_dir))
-    if not PostgresDataManager.exists(settings.storage, schema):
-        return None
-    return PostgresDataManager(settings.storage, schema)
-
-
 def stop_command(config: str) -> int:
+    from rccrawler.data.storage import is_shared, open_storage, state_exists
     from rccrawler.manager import STOP_FILE, load_settings
 
     _cls, settings = load_settings(config)
-    if settings.storage != "sqlite":
+    if is_shared(settings):
         # Workers may run on other machines: the request goes through the database.
-        shared = saved_postgres_state(settings)
-        if shared is None:
-            print(f"rccrawler stop: no crawl for {settings.state_dir} in {settings.storage}",
+        if not state_exists(settings):
+            print(f"rccrawler stop: no crawl {settings.crawl_name} in {settings.storage}",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
-        shared.open()
-        try:
+        with open_storage(settings) as shared:
             shared.request_stop()
-        finally:
-            shared.close()
-        print(f"stop requested for every worker of the crawl {settings.state_dir}")
+        print(f"stop requested for every worker of the crawl {settings.crawl_name}")
         return EXIT_OK
     if not settings.state_dir.exists():
         print(f"rccrawler stop: no crawl state in {settings.state_dir}", file=sys.stderr)
@@ -232,29 +216,18 @@ def stop_command(config: str) -> int:
 
 
 def status_command(config: str, *, as_json: bool) -> int:
-    from rccrawler.data.sqlite import SQLiteDataManager
-    from rccrawler.manager import STATE_FILE, load_settings, state_in_use
+    from rccrawler.data.storage import is_shared, open_storage, state_exists
+    from rccrawler.manager import load_settings, state_in_use
 
     _cls, settings = load_settings(config)
-    data: DataManager | None
-    if settings.storage == "sqlite":
-        path = settings.state_dir / STATE_FILE
-        if not path.exists():
-            print(f"no saved crawl in {settings.state_dir}")
-            return EXIT_FAILED
-        running = state_in_use(settings.state_dir)
-        data = SQLiteDataManager(path, read_only=True)
-    else:
-        data = saved_postgres_state(settings)
-        if data is None:
-            print(f"no saved crawl for {settings.state_dir} in {settings.storage}")
-            return EXIT_FAILED
-        running = False  # workers hold no lock file; leased pages tell (below)
-    data.open()
-    try:
+    if not state_exists(settings):
+        where = settings.storage if is_shared(settings) else settings.state_dir
+        print(f"no saved crawl in {where}")
+        return EXIT_FAILED
+    # Workers on shared storage hold no lock file; leased pages tell (below).
+    running = not is_shared(settings) and state_in_use(settings.state_dir)
+    with open_storage(settings) as data:
         stats = data.statistics()
-    finally:
-        data.close()
     running = running or any(h.running for h in stats.hosts)
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
     rows = [

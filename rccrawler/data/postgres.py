@@ -1,160 +1,136 @@
-"""The PostgreSQL DataManager: one crawl shared by any number of processes (SPEC §9)."""
+"""The PostgreSQL dialect: one crawl shared by any number of processes (SPEC §9).
+
+The statements and the crawl rules live in ``sql.py`` and ``policy.py``; this
+module keeps what sharing needs. Work is partitioned by host, the way crawlers
+that scale do it (Heritrix's and StormCrawler's per-host queues): a worker
+leases a *host* (``hosts.owner``) and then owns its politeness, its queue and
+its page budget in memory, claiming its waiting pages in batches with
+``FOR UPDATE SKIP LOCKED``; per-page writes lock only the page's own row. Each
+worker holds a session-level advisory lock on its own key, so a worker that
+dies is seen the moment its connection drops, and its hosts and pages go back
+to the queue. Counters live in a ``counts`` table kept in the same transactions,
+so ``statistics()`` costs O(hosts), never a scan of the pages.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import heapq
 import logging
-import threading
+import os
+import random
+import socket
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from psycopg import sql
 
-from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
-from rccrawler.data.rows import (
-    BLOCKED_BY_ROBOTS,
+from rccrawler.data.sql import (
+    HOST_COLUMNS,
     PAGE_COLUMNS,
-    PagedReads,
-    is_html,
+    Claim,
+    Cursor,
+    LeaseLost,
+    SQLDataManager,
+    StateCounts,
+    crawl_stats,
+    host_from_row,
+    host_stats,
     page_from_row,
-    throttled_delay,
+    state_error,
 )
 from rccrawler.exceptions import StateError
-from rccrawler.records import (
-    CrawlStats,
-    HostData,
-    HostStats,
-    PageData,
-    PageId,
-    PageState,
-    RobotsState,
-    SkipReason,
-)
+from rccrawler.policy import breadth_first_allows
+from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
 
 if TYPE_CHECKING:
-    from rccrawler.records import DownloadResult, FoundLink, SkippedLink
+    from rccrawler.data.tables import TaskTable
+    from rccrawler.policy import CrawlLimits
 
 logger = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
-Cursor = psycopg.Cursor[Row]
 
-_HOST_FIELDS = tuple(f.name for f in fields(HostData))
-_HOST_COLUMNS = ", ".join(_HOST_FIELDS)
+DEFAULT_PARTITIONS = 8
+"""Hash partitions of a task table declared with ``partition_by`` (search postings)."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS hosts (
-    host TEXT PRIMARY KEY,
-    scheme TEXT NOT NULL,
-    base TEXT NOT NULL,
-    crawl_delay DOUBLE PRECISION NOT NULL,
-    min_crawl_delay DOUBLE PRECISION NOT NULL,
-    max_downloads_at_time INTEGER NOT NULL,
-    max_crawl_level INTEGER NOT NULL,
-    robots_state TEXT NOT NULL,
-    robots_status INTEGER,
-    robots_text TEXT NOT NULL,
-    next_fetch_at DOUBLE PRECISION NOT NULL,
-    retry_after_until DOUBLE PRECISION NOT NULL,
-    in_flight INTEGER NOT NULL,
-    stop_reason TEXT NOT NULL,
-    started_at DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION NOT NULL,
-    admitted INTEGER NOT NULL DEFAULT 0,
-    budget_hit BOOLEAN NOT NULL DEFAULT FALSE,
-    robots_owner TEXT NOT NULL DEFAULT '',
-    robots_lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS pages (
-    id BIGINT PRIMARY KEY,
-    host TEXT NOT NULL,
-    url TEXT NOT NULL,
-    normalized_url TEXT NOT NULL,
-    id_from BIGINT,
-    level INTEGER NOT NULL,
-    out_degree INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL,
-    downloaded BOOLEAN NOT NULL DEFAULT FALSE,
-    parsed BOOLEAN NOT NULL DEFAULT FALSE,
-    http_status INTEGER,
-    content_type TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL DEFAULT '',
-    error_code TEXT NOT NULL DEFAULT '',
-    replace_id BIGINT,
-    download_attempts INTEGER NOT NULL DEFAULT 0,
-    redirect_target TEXT NOT NULL DEFAULT '',
-    redirect_hops INTEGER NOT NULL DEFAULT 0,
-    bytes BIGINT NOT NULL DEFAULT 0,
-    truncated BOOLEAN NOT NULL DEFAULT FALSE,
-    referer TEXT NOT NULL DEFAULT '',
-    owner TEXT NOT NULL DEFAULT '',
-    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
-);
+SHARED_SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS page_ids;
-CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
-CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
 CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
-CREATE TABLE IF NOT EXISTS urls (normalized_url TEXT PRIMARY KEY, page_id BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS arcs (
-    from_id BIGINT NOT NULL, to_id BIGINT NOT NULL, host TEXT NOT NULL,
-    PRIMARY KEY (from_id, to_id)
+CREATE TABLE IF NOT EXISTS workers (
+    owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, machine TEXT NOT NULL,
+    pid INTEGER NOT NULL, started_at DOUBLE PRECISION NOT NULL
 );
-CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
-CREATE TABLE IF NOT EXISTS skipped (
-    host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on BIGINT,
-    PRIMARY KEY (host, url)
+CREATE TABLE IF NOT EXISTS counts (
+    host TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (host, key)
 );
 """
-
-_LEASED = "('running', 'downloaded', 'parsing')"
-"""Page states held by one worker (a body waiting for a parser lives in its memory)."""
+"""What only a shared crawl needs: ids from a sequence, the workers, the counters."""
 
 
 def schema_for(name: str) -> str:
-    """The PostgreSQL schema that holds the crawl named ``name`` (its state_dir)."""
+    """The PostgreSQL schema that holds the crawl named ``name``."""
     return "rc_" + hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
-def _host(row: Row) -> HostData:
-    raw = dict(zip(_HOST_FIELDS, row, strict=True))
-    raw["robots_state"] = RobotsState(raw["robots_state"])
-    return HostData(**raw)
+@dataclass(slots=True)
+class _HeldHost:
+    """A host this worker leased: its politeness and queue live here while it holds it."""
+
+    data: HostData
+    admitted: int
+    queue: deque[PageData] = field(default_factory=deque)
+    """Waiting pages claimed by this worker (owner set), not handed to a thread yet."""
+    exhausted: bool = False
+    """The last claim found no waiting page (until this worker queues new ones)."""
+    levels: Counter[int] = field(default_factory=Counter)
+    """Levels of this host's pages in progress here: the breadth-first barrier."""
+    busy: int = 0
+    """Pages of the host handed to a thread and not stored yet (download or parse)."""
+    budget_hit: bool = False
 
 
-class PostgresDataManager(PagedReads, DataManager):
+class PostgresDataManager(SQLDataManager):
     """A DataManager in a PostgreSQL schema, shared by every worker process of a crawl.
 
     One connection guarded by one lock (the threads of a process share it), one
-    transaction per method. Pages are leased with ``FOR UPDATE SKIP LOCKED`` and
-    carry their worker's ``owner`` token and a ``lease_until`` time (database
-    clock), renewed while the worker lives; an expired lease puts the page back
-    in the queue. Politeness lives in the host row (``next_fetch_at``,
-    ``in_flight``), changed only under its row lock. A downloaded body waits in
-    the memory of the process that fetched it, which parses it itself.
+    transaction per method. A worker leases hosts, up to its downloading threads'
+    worth of connections, and claims each host's waiting pages in batches; the
+    crawl delay, the per-host limit and the breadth-first barrier of a host are
+    then kept by its one owner. A downloaded body waits in the memory of the
+    process that fetched it, which parses it itself; at most ``max_pending_pages``
+    of them, so a killed worker's pages fetched again stay few.
 
     Args:
         url: the ``postgresql://`` URL.
         schema: the schema of this crawl (see :func:`schema_for`).
-        max_pages: per-site budget of pages (0 = none).
-        max_download_attempts: attempts before a retryable error is final.
-        max_redirects: hops before a redirect chain is an error.
+        limits: the crawl's numbers (budget, attempts, redirects).
+        task_tables: tables a crawl task keeps its per-page results in.
+        partitions: hash partitions of task tables declared with ``partition_by``.
+        read_only: only read (``status``, ``search``): nothing is created or leased.
+        download_slots: requests this worker may have in flight (its downloading
+            threads): it leases hosts until their limits add up to this.
         max_pending_bytes: downloaded bodies waiting for a parser, at most.
-        lease_s: seconds a lease lasts without renewal (default :attr:`lease_s`).
         clock: wall-clock source for the start and end times of sites.
     """
 
-    lease_s: float = 30.0
-    """How long a dead worker's pages stay leased; live workers renew every third of it."""
+    types: ClassVar[Mapping[str, str]] = {
+        "float": "DOUBLE PRECISION", "id": "BIGINT", "int": "BIGINT", "bool": "BOOLEAN",
+        "false": "FALSE", "text": "TEXT", "bytes": "BYTEA", "without_rowid": "",
+    }  # fmt: skip
+    text_order: ClassVar[str] = ' COLLATE "C"'
+    shared: ClassVar[bool] = True
+    batch_size: ClassVar[int] = 16
+    """Waiting pages of a held host claimed in one round trip."""
+    reap_interval: ClassVar[float] = 0.5
+    """Seconds between two looks for dead workers."""
     stats_max_age: ClassVar[float] = 0.25
-    """Seconds a statistics() snapshot is reused: the aggregate runs at most this often."""
+    """Seconds a statistics() snapshot is reused."""
     stop_poll_s: ClassVar[float] = 1.0
     """Seconds between two looks for a stop request (``rccrawler stop``)."""
 
@@ -163,34 +139,34 @@ class PostgresDataManager(PagedReads, DataManager):
         url: str,
         schema: str,
         *,
-        max_pages: int = 0,
-        max_download_attempts: int = 3,
-        max_redirects: int = 10,
+        limits: CrawlLimits | None = None,
+        task_tables: Sequence[TaskTable] = (),
+        partitions: int = DEFAULT_PARTITIONS,
+        read_only: bool = False,
+        download_slots: int = 8,
         max_pending_bytes: int = 8 * 1024 * 1024,
-        lease_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(
+            limits=limits, task_tables=task_tables, max_pending_bytes=max_pending_bytes
+        )
         self.url = url
         self.schema = schema
-        self.max_pages = max_pages
-        self.max_download_attempts = max_download_attempts
-        self.max_redirects = max_redirects
-        self.max_pending_bytes = max_pending_bytes
-        if lease_s is not None:
-            self.lease_s = lease_s
+        self.partitions = partitions
+        self.read_only = read_only
+        self.download_slots = max(1, download_slots)
+        self.max_pending_pages = self.download_slots
         self.clock = clock
         self.owner = uuid.uuid4().hex
-        """This process's lease token."""
-        self._lock = threading.Lock()
-        self._download_ready = threading.Condition(self._lock)
-        self._parse_ready = threading.Condition(self._lock)
-        self._wake_downloaders = 0
-        self._wake_parsers = 0
+        """This worker's token: on its hosts, its pages and its row in ``workers``."""
+        self.lock_key = random.randrange(1, 2**62)
+        """The advisory lock this worker holds while its connection lives."""
         self._conn: psycopg.Connection[Row] | None = None
-        self._parse_queue: list[tuple[int, PageId]] = []
-        self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
-        self._parsing: dict[PageId, tuple[PageData, int]] = {}
-        self._pending_bytes = 0
+        self._held: dict[str, _HeldHost] = {}
+        self._deltas: Counter[tuple[str, str]] = Counter()
+        """Counter changes of the open transaction, written just before it commits."""
+        self._offset = 0.0
+        """Database clock minus the local one, measured at open."""
         self._stats: CrawlStats | None = None
         self._stats_at = 0.0
         self._opened_at = 0.0
@@ -199,13 +175,9 @@ class PostgresDataManager(PagedReads, DataManager):
         self._stop_seen = False
         self._robots_pending = 1
         self._next_try = 0.0
-        """time.monotonic() before which take_for_download need not ask the database."""
-        self._renewed_at = time.monotonic()
+        """time.monotonic() before which take_for_download need not look for a new host."""
+        self._reaped_at = -1e9
         self._rotation = 0
-        self._delays: dict[str, float] = {}
-        self._page_hosts: dict[PageId, str] = {}
-        """Host of each page this process leased for download (saves a look-up)."""
-        """Crawl delay of each host as the last lease here saw it."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -213,43 +185,73 @@ class PostgresDataManager(PagedReads, DataManager):
             conn = psycopg.connect(self.url, autocommit=True)
         except psycopg.Error as exc:
             raise StateError(f"cannot connect to the crawl state {self.url}: {exc}") from exc
+        schema = sql.Identifier(self.schema)
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                # Workers start together: one of them creates the schema.
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                    sql.Identifier(self.schema)))  # fmt: skip
-                cur.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-                cur.execute(_SCHEMA.encode())
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+            if not self.read_only:
+                with conn.transaction(), conn.cursor() as cur:
+                    # Workers start together: one of them creates the schema, once. A
+                    # crawl that exists is never altered (DDL would lock running workers).
+                    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+                    cur.execute("SELECT to_regclass(%s)", (f"{self.schema}.meta",))
+                    if (cur.fetchone() or (None,))[0] is None:
+                        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                        cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+                        cur.execute((self.schema_sql() + SHARED_SCHEMA).encode())
+            conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+            if not self.read_only:
+                # Held as long as this connection lives: others see a death at once.
+                conn.execute("SELECT pg_advisory_lock(%s)", (self.lock_key,))
         except psycopg.Error as exc:
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
-        with self._transaction() as cur:
-            self._opened_at = self._now(cur)
+        with self._atomic() as cur:
+            self._opened_at = self._clock(cur)
+            self._offset = self._opened_at - self.clock()
+            if not self.read_only:
+                cur.execute(
+                    "INSERT INTO workers VALUES (%s, %s, %s, %s, %s)",
+                    (self.owner, self.lock_key, socket.gethostname(), os.getpid(),
+                     self._opened_at),
+                )  # fmt: skip
+
+    def _task_table_sql(self, table: TaskTable) -> str:
+        text = super()._task_table_sql(table)
+        if table.partition_by is None:
+            return text
+        # Seed 000, Part IV: a table too big for one machine is hash-partitioned by key.
+        create, rest = text.split(";\n", 1)
+        parts = "".join(
+            f"CREATE TABLE IF NOT EXISTS {table.name}_p{n} PARTITION OF {table.name} "
+            f"FOR VALUES WITH (MODULUS {self.partitions}, REMAINDER {n});\n"
+            for n in range(self.partitions)
+        )
+        return f"{create} PARTITION BY HASH ({table.partition_by});\n{parts}{rest}"
 
     def close(self) -> None:
         with self._lock:
             if self._conn is None:
                 return
-            # Give back what this process still holds, so nobody waits for its lease.
-            with contextlib.suppress(psycopg.Error), self._transaction() as cur:
-                self._reclaim(cur, "owner = %s", (self.owner,))
-                cur.execute(
-                    "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-                    "WHERE robots_state = 'fetching' AND robots_owner = %s",
-                    (self.owner,),
-                )
+            if not self.read_only:
+                # Give back what this process still holds, so nobody waits for it.
+                with contextlib.suppress(psycopg.Error), self._transaction() as cur:
+                    for held in self._held.values():
+                        self._save_held(cur, held)
+                    self._reclaim(cur, self.owner)
+                    cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
+                self._held.clear()
             self._conn.close()
             self._conn = None
+
+    def describe(self) -> str:
+        return f"schema {self.schema} of {self.url}"
 
     def request_stop(self) -> None:
         with self._atomic() as cur:
             cur.execute(
                 "INSERT INTO meta VALUES ('stop_requested', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (repr(self._now(cur)),),
+                (repr(self._clock(cur)),),
             )
 
     def stop_requested(self) -> bool:
@@ -289,648 +291,443 @@ class PostgresDataManager(PagedReads, DataManager):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Cursor]:
-        """One committed transaction; the caller holds the lock."""
         if self._conn is None:
             raise StateError("the DataManager is not open")
         try:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
+                self._write_deltas(cur)
         except psycopg.OperationalError as exc:
-            raise StateError(f"cannot write the crawl state {self.url}: {exc}") from exc
-        if self._wake_downloaders:
-            self._next_try = 0.0
-            self._download_ready.notify(self._wake_downloaders)
-            self._wake_downloaders = 0
-        if self._wake_parsers:
-            self._parse_ready.notify(self._wake_parsers)
-            self._wake_parsers = 0
+            self._deltas.clear()
+            raise state_error(self.url, exc) from exc
+        except BaseException:
+            self._deltas.clear()
+            raise
+        self._wake()
 
-    @contextlib.contextmanager
-    def _atomic(self) -> Iterator[Cursor]:
-        with self._lock, self._transaction() as cur:
-            yield cur
+    def _sql(self, query: str) -> str:
+        return query.replace("?", "%s")
 
-    @staticmethod
-    def _now(cur: Cursor) -> float:
+    def _clock(self, cur: Cursor) -> float:
         """The database clock: every worker, on every machine, schedules by it."""
         cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
         row = cur.fetchone()
         assert row is not None
         return float(row[0])
 
-    def check_identity(self, manager: str, storage: str) -> None:
-        with self._atomic() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-            cur.execute("SELECT key, value FROM meta")
-            meta = dict(cur.fetchall())
-            if not meta:
-                cur.executemany(
-                    "INSERT INTO meta VALUES (%s, %s)",
-                    [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
-                     ("storage", storage), ("created", str(self.clock()))],
-                )  # fmt: skip
-                return
-        check_state_identity(meta, manager, storage, f"schema {self.schema} of {self.url}")
+    def _now(self) -> float:
+        """The database clock without a round trip (the offset measured at open)."""
+        return self.clock() + self._offset
 
+    def _storage_identity(self, cur: Cursor) -> str:
+        # The server's own identity and the database: 127.0.0.1 and localhost are one
+        # crawl, and no password is ever stored.
+        cur.execute(
+            "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'execute') "
+            "THEN (SELECT system_identifier::text FROM pg_control_system()) "
+            "ELSE 'server' END, current_database()"
+        )
+        system, database = cur.fetchone() or ("?", "?")
+        return f"postgresql:{system}/{database}"
+
+    def _lock_identity(self, cur: Cursor) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+
+    def _lock_sites(self, cur: Cursor) -> None:
+        self._stats = None
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema + ":sites",))
+
+    # -- counters ----------------------------------------------------------------
+    def _count(self, host: str, key: str, delta: int) -> None:
+        if delta:
+            self._deltas[(host, key)] += delta
+
+    def _write_deltas(self, cur: Cursor) -> None:
+        if not self._deltas:
+            return
+        rows = [(host, key, n) for (host, key), n in sorted(self._deltas.items()) if n]
+        self._deltas.clear()
+        if rows:
+            cur.executemany(
+                "INSERT INTO counts VALUES (%s, %s, %s) ON CONFLICT (host, key) "
+                "DO UPDATE SET n = counts.n + excluded.n",
+                rows,
+            )
+
+    def _on_move(
+        self, page: PageData, new: PageState, *, error: str = "", duplicate: bool = False,
+        alias: bool = False, size: int = 0,
+    ) -> None:  # fmt: skip
+        # A body being parsed is 'downloaded' in the table (it lives in this memory).
+        old = PageState.DOWNLOADED if page.state is PageState.PARSING else page.state
+        state = PageState.DOWNLOADED if new is PageState.PARSING else new
+        if old is not state:
+            self._count(page.host, f"state:{old}", -1)
+            self._count(page.host, f"state:{state}", 1)
+        if state is PageState.ERROR:
+            self._count(page.host, f"error:{error}", 1)
+        self._count(page.host, "duplicates", int(duplicate))
+        self._count(page.host, "aliases", int(alias))
+        self._count(page.host, "bytes", size)
+        held = self._held.get(page.host)
+        if held is None:
+            return
+        was_busy = page.state in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        busy = new in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        if was_busy and not busy:
+            held.levels[page.level] -= 1
+            held.busy -= 1
+        if new is PageState.WAITING:
+            held.exhausted = False  # a retry or a redirect: back in the table's queue
+
+    def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
+        self._count(host, "state:waiting", count)
+        held = self._held.get(host)
+        if held is not None:
+            held.admitted += count
+            held.exhausted = False
+
+    def _on_budget_hit(self, cur: Cursor, host: str) -> None:
+        held = self._held.get(host)
+        if held is not None and held.budget_hit:
+            return
+        if held is not None:
+            held.budget_hit = True
+        super()._on_budget_hit(cur, host)
+
+    def _on_waiting_ended(self, host: str, count: int) -> None:
+        self._count(host, "state:waiting", -count)
+        self._count(host, "state:skipped", count)
+
+    def _on_levels_lowered(
+        self, host: str, pages: Sequence[PageId], level: int, parent: PageData
+    ) -> None:
+        held = self._held.get(host)
+        if held is None:
+            return
+        moved = set(pages)
+        for queued in held.queue:
+            if queued.id in moved:
+                queued.level, queued.id_from, queued.referer = level, parent.id, parent.url
+        held.queue = deque(sorted(held.queue, key=lambda p: (p.level, p.id)))
+
+    # -- workers, and what a dead one held ---------------------------------------------
     def recover(self) -> int:
-        """Queue again the pages whose lease expired (their worker died).
+        """Take back what dead workers held. Live workers keep theirs: unlike SQLite,
+        a starting worker does not take back everything in progress."""
+        with self._lock:
+            self._reaped_at = -1e9
+            return self._reap_dead()
 
-        Pages leased by live workers are theirs: unlike SQLite, a starting worker
-        does not take back everything in progress.
-        """
-        with self._atomic() as cur:
-            return self._reclaim_expired(cur)
+    def _reap_dead(self) -> int:
+        """Give dead workers' hosts and pages back to the queue (lock held)."""
+        if self.read_only or time.monotonic() - self._reaped_at < self.reap_interval:
+            return 0
+        self._reaped_at = time.monotonic()
+        moved = 0
+        with self._transaction() as cur:
+            cur.execute(
+                "SELECT owner, lock_key FROM workers WHERE owner <> %s ORDER BY owner",
+                (self.owner,),
+            )
+            workers = cur.fetchall()
+        for owner, key in workers:
+            with self._transaction() as cur:
+                # Its session lock is free only when its connection is gone.
+                cur.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,))
+                if not (cur.fetchone() or (False,))[0]:
+                    continue
+                cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
+                if cur.fetchone() is None:
+                    continue  # another worker reaped it first
+                moved += self._reclaim(cur, owner)
+        if moved:
+            logger.warning("%d pages of a worker that stopped were queued again", moved)
+        return moved
 
-    def _reclaim_expired(self, cur: Cursor) -> int:
-        """Queue again the robots.txt fetches and pages whose lease ran out."""
-        now = self._now(cur)
+    def _reclaim(self, cur: Cursor, owner: str) -> int:
+        """Put what ``owner`` held back: its robots.txt fetches, hosts and pages."""
         cur.execute(
             "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-            "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
-            (now,),
+            "WHERE robots_state = 'fetching' AND robots_owner = %s",
+            (owner,),
         )
         if cur.rowcount:
             self._robots_pending = 1
-        return self._reclaim(cur, "lease_until < %s", (now,))
-
-    def _reclaim(self, cur: Cursor, where: str, args: tuple[Any, ...]) -> int:
-        """Put leased pages matching ``where`` back in the queue, host row locked first."""
-        cur.execute(f"SELECT DISTINCT host FROM pages WHERE state IN {_LEASED} AND {where}", args)
+        cur.execute(
+            "UPDATE hosts SET owner = '', next_fetch_at = greatest(next_fetch_at, %s + "
+            "crawl_delay) WHERE owner = %s",
+            (self._now(), owner),
+        )
+        cur.execute(
+            "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
+            "FROM pages old WHERE p.id = old.id AND p.owner = %s "
+            "AND p.state IN ('waiting', 'running', 'downloaded', 'parsing') "
+            "RETURNING old.host, old.state",
+            (owner,),
+        )
         moved = 0
-        for (host,) in sorted(cur.fetchall()):
-            cur.execute("SELECT 1 FROM hosts WHERE host = %s FOR UPDATE", (host,))
-            cur.execute(
-                "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
-                f"FROM pages old WHERE p.id = old.id AND p.host = %s AND p.state IN {_LEASED} "
-                f"AND {where.replace('owner', 'p.owner').replace('lease_until', 'p.lease_until')} "
-                "RETURNING old.state",
-                (host, *args),
-            )
-            states = [row[0] for row in cur.fetchall()]
-            running = sum(1 for s in states if s == PageState.RUNNING)
-            if running:
-                cur.execute(
-                    "UPDATE hosts SET in_flight = greatest(0, in_flight - %s) WHERE host = %s",
-                    (running, host),
-                )
-            moved += len(states)
+        for host, state in cur.fetchall():
+            if state != PageState.WAITING:
+                self._count(host, f"state:{state}", -1)
+                self._count(host, "state:waiting", 1)
+                moved += 1
         if moved:
             self._wake_downloaders = 1 << 16
         return moved
 
-    def _heartbeat(self) -> None:
-        """Renew this worker's leases and reclaim dead workers' ones (lock held)."""
-        if time.monotonic() - self._renewed_at < self.lease_s / 3:
-            return
-        self._renewed_at = time.monotonic()
-        with self._transaction() as cur:
-            now = self._now(cur)
-            cur.execute(
-                f"UPDATE pages SET lease_until = %s WHERE owner = %s AND state IN {_LEASED}",
-                (now + self.lease_s, self.owner),
-            )
-            cur.execute(
-                "UPDATE hosts SET robots_lease_until = %s "
-                "WHERE robots_state = 'fetching' AND robots_owner = %s",
-                (now + self.lease_s, self.owner),
-            )
-        with self._transaction() as cur:
-            moved = self._reclaim_expired(cur)
-        if moved:
-            logger.warning("%d pages of a worker that stopped answering were queued again", moved)
-
-    # -- sites and robots ------------------------------------------------
-    def _lock_host(self, cur: Cursor, host: str) -> HostData:
-        cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s FOR UPDATE", (host,))
-        row = cur.fetchone()
-        if row is None:
-            raise KeyError(host)
-        return _host(row)
-
-    @staticmethod
-    def _save_host(cur: Cursor, host: HostData) -> None:
-        sets = ", ".join(f"{name} = %s" for name in _HOST_FIELDS[1:])
-        values = [getattr(host, name) for name in _HOST_FIELDS[1:]]
-        values[_HOST_FIELDS.index("robots_state") - 1] = host.robots_state.value
-        cur.execute(f"UPDATE hosts SET {sets} WHERE host = %s", (*values, host.host))
-
-    def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
+    def workers(self) -> list[tuple[str, str, int, bool]]:
+        """(owner, machine, pid, alive) of every worker that joined and did not leave."""
         with self._atomic() as cur:
-            self._stats = None
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema + ":sites",))
-            cur.execute("SELECT 1 FROM hosts WHERE host = %s", (host.host,))
-            if cur.fetchone() is not None:
-                known = self._lock_host(cur, host.host)
-                known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
-                known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
-                known.max_downloads_at_time = host.max_downloads_at_time
-                known.max_crawl_level = host.max_crawl_level
-                self._save_host(cur, known)
-                cur.execute("SELECT 1 FROM urls WHERE normalized_url = %s", (normalized_url,))
-                if cur.fetchone() is not None:
-                    return False
-                self._insert_pages(cur, [(host.host, start_url, normalized_url, None, 0, "")])
-                if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
-                    self._end_waiting(cur, host.host, SkipReason.ROBOTS)
-                elif known.stop_reason:
-                    known.stop_reason, known.finished_at = "", 0.0
-                    self._save_host(cur, known)
-                return True
-            host = replace(
-                host,
-                started_at=self.clock(),
-                min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
-                in_flight=0,
-            )
-            marks = ", ".join(["%s"] * len(_HOST_FIELDS))
-            values = [getattr(host, name) for name in _HOST_FIELDS]
-            values[_HOST_FIELDS.index("robots_state")] = host.robots_state.value
-            cur.execute(f"INSERT INTO hosts ({_HOST_COLUMNS}) VALUES ({marks})", values)
-            self._insert_pages(cur, [(host.host, start_url, normalized_url, None, 0, "")])
-            self._robots_pending = 1
-            return True
+            cur.execute("SELECT owner, machine, pid, lock_key FROM workers ORDER BY started_at")
+            rows = cur.fetchall()
+            found = []
+            for owner, machine, pid, key in rows:
+                if owner == self.owner:
+                    found.append((owner, machine, pid, True))
+                    continue
+                cur.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND granted AND ((classid::bigint << 32) | objid::bigint) = %s)",
+                    (key,),
+                )
+                found.append((owner, machine, pid, bool((cur.fetchone() or (False,))[0])))
+            return found
 
-    def _insert_pages(
-        self, cur: Cursor, rows: Sequence[tuple[str, str, str, int | None, int, str]]
-    ) -> list[int]:
-        """Insert WAITING pages (host, url, normalized, id_from, level, referer); returns ids.
+    # -- the dialect's hooks -------------------------------------------------------
+    def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:
+        cur.execute("SELECT nextval('page_ids') FROM generate_series(1, %s)", (count,))
+        return sorted(int(r[0]) for r in cur.fetchall())
 
-        The caller holds the host row lock, so no other worker adds the same URLs.
-        """
-        cur.execute("SELECT nextval('page_ids') FROM generate_series(1, %s)", (len(rows),))
-        ids = sorted(int(r[0]) for r in cur.fetchall())
-        cur.executemany(
-            "INSERT INTO pages (id, host, url, normalized_url, id_from, level, state, referer) "
-            "VALUES (%s, %s, %s, %s, %s, %s, 'waiting', %s)",
-            [(pid, *row) for pid, row in zip(ids, rows, strict=True)],
-        )
-        cur.executemany(
-            "INSERT INTO urls (normalized_url, page_id) VALUES (%s, %s)",
-            [(row[2], pid) for pid, row in zip(ids, rows, strict=True)],
-        )
+    def _find_host(self, cur: Cursor, host: str) -> HostData | None:
+        cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s FOR UPDATE", (host,))
+        row = cur.fetchone()
+        return host_from_row(row) if row is not None else None
+
+    def _insert_host(self, cur: Cursor, host: HostData) -> None:
+        super()._insert_host(cur, host)
+        self._robots_pending = 1
+
+    def _claim(
+        self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
+    ) -> Claim:
+        """Lock the page's row, which must still be this worker's; the host is held here."""
+        wanted = [str(s) for s in states]
         cur.execute(
-            "UPDATE hosts SET admitted = admitted + %s WHERE host = %s", (len(rows), rows[0][0])
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
+            "AND state = ANY(%s) FOR UPDATE",
+            (page_id, self.owner, wanted),
         )
-        self._wake_downloaders += len(rows)
-        return ids
+        found = cur.fetchone()
+        if found is None:
+            logger.warning("page %d: another worker took it over", page_id)
+            raise LeaseLost(page_id)
+        page = page_from_row(found)
+        held = self._held.get(page.host)
+        if held is None:
+            raise LeaseLost(page_id)  # the host went to another worker
+        # The table says 'waiting' (or 'downloaded') where this worker knows better.
+        page.state = known.state if known is not None else PageState.RUNNING
+        return Claim(page, held.data, held.admitted, self._now())
 
+    def _release(self, cur: Cursor, page: PageData) -> None:
+        held = self._held.get(page.host)
+        if held is not None:
+            held.data.in_flight = max(0, held.data.in_flight - 1)
+        self._wake_downloaders += 1
+
+    def _save_politeness(self, cur: Cursor, host: HostData) -> None:
+        held = self._held.get(host.host)
+        if held is None:
+            return
+        held.data.crawl_delay = host.crawl_delay
+        held.data.retry_after_until = host.retry_after_until
+        held.data.next_fetch_at = max(held.data.next_fetch_at, host.next_fetch_at)
+
+    def _save_held(self, cur: Cursor, held: _HeldHost) -> None:
+        """Write a held host's politeness back, for whoever holds it next."""
+        data = held.data
+        cur.execute(
+            "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
+            "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
+            (data.crawl_delay, data.retry_after_until, data.next_fetch_at, data.host),
+        )
+
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._atomic() as cur:
+            cur.execute(self._sql(query), params)
+            return list(cur.fetchall())
+
+    # -- claiming work ---------------------------------------------------------------
     def take_robots(self) -> HostData | None:
-        if not self._robots_pending:
+        if not self._robots_pending or self.read_only:
             return None  # a hint, refreshed with the statistics snapshot
         with self._atomic() as cur:
-            now = self._now(cur)
+            now = self._now()
             cur.execute(
                 "UPDATE hosts SET robots_state = 'fetching', robots_owner = %s, "
-                "robots_lease_until = %s, next_fetch_at = %s + crawl_delay "
+                "next_fetch_at = %s + crawl_delay "
                 "WHERE host = (SELECT host FROM hosts WHERE robots_state = 'pending' "
                 "AND next_fetch_at <= %s LIMIT 1 FOR UPDATE SKIP LOCKED) "
-                f"RETURNING {_HOST_COLUMNS}",
-                (self.owner, now + self.lease_s, now, now),
+                f"RETURNING {HOST_COLUMNS}",
+                (self.owner, now, now),
             )
             row = cur.fetchone()
             if row is None:
                 cur.execute("SELECT count(*) FROM hosts WHERE robots_state = 'pending'")
                 self._robots_pending = int((cur.fetchone() or (0,))[0])
                 return None
-            return _host(row)
-
-    def store_robots(
-        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
-    ) -> None:
-        with self._atomic() as cur:
-            now = self._now(cur)
-            data = self._lock_host(cur, host)
-            data.robots_state = RobotsState.READY
-            data.robots_status = status
-            data.robots_text = text
-            if crawl_delay is not None and crawl_delay > data.min_crawl_delay:
-                data.min_crawl_delay = crawl_delay
-                data.crawl_delay = max(data.crawl_delay, crawl_delay)
-            data.next_fetch_at = max(data.next_fetch_at, now + data.crawl_delay)
-            self._wake_downloaders = 1 << 16
-            if blocked:
-                data.stop_reason = (
-                    f"{BLOCKED_BY_ROBOTS} unavailable (HTTP {status})"
-                    if status is not None
-                    else f"{BLOCKED_BY_ROBOTS} unreachable"
-                )
-                self._end_waiting(cur, host, SkipReason.ROBOTS)
-            self._save_host(cur, data)
-            cur.execute("UPDATE hosts SET robots_owner = '' WHERE host = %s", (host,))
-
-    @staticmethod
-    def _end_waiting(cur: Cursor, host: str, reason: SkipReason) -> None:
-        cur.execute(
-            "UPDATE pages SET state = 'skipped', error_code = %s "
-            "WHERE host = %s AND state = 'waiting'",
-            (reason.value, host),
-        )
+            return host_from_row(row)
 
     def hosts(self) -> list[HostData]:
         with self._atomic() as cur:
-            cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host")
-            return [_host(row) for row in cur.fetchall()]
+            cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY host")
+            return [host_from_row(row) for row in cur.fetchall()]
 
     def host(self, host: str) -> HostData | None:
         with self._atomic() as cur:
-            cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
+            cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
             row = cur.fetchone()
-            return _host(row) if row is not None else None
+            return host_from_row(row) if row is not None else None
 
-    # -- downloading -----------------------------------------------------
-    def wait_for_work(self, timeout: float, kind: str = "") -> None:
-        if kind == "parse":
-            with self._parse_ready:
-                self._parse_ready.wait(timeout)
-        elif kind == "download":
-            with self._download_ready:
-                due = self._next_try - time.monotonic()
-                self._download_ready.wait(min(timeout, max(0.001, due)))
-        else:
-            super().wait_for_work(timeout, kind)
+    def _due_in(self) -> float:
+        return max(0.001, min(0.05, self._next_try - time.monotonic()))
 
     def take_for_download(self) -> PageData | None:
-        if self._pending_bytes > self.max_pending_bytes:
-            return None  # the parsers of this process are behind
-        if time.monotonic() < self._next_try:
-            return None  # the last look found nothing due before then
-        with self._atomic() as cur:
-            # Candidates without locks; each is locked (or skipped) and re-checked below.
+        if self.read_only or self._pending_bytes > self.max_pending_bytes:
+            return None
+        with self._lock:
+            if len(self._downloaded) + len(self._parsing) >= self.max_pending_pages:
+                return None  # the parsers of this process are behind
+            page = self._take_from_held()
+            if page is not None:
+                return page
+            if time.monotonic() < self._next_try:
+                return None
+            self._next_try = time.monotonic() + 0.02
+            if self._lease_host():
+                return self._take_from_held()
+            return None
+
+    def _take_from_held(self) -> PageData | None:
+        """A due page of a host this worker holds (lock held), marked running."""
+        now = self._now()
+        names = list(self._held)
+        if not names:
+            return None
+        self._rotation = (self._rotation + 1) % len(names)
+        for name in names[self._rotation :] + names[: self._rotation]:
+            held = self._held[name]
+            data = held.data
+            if data.in_flight >= data.max_downloads_at_time:
+                continue
+            if max(data.next_fetch_at, data.retry_after_until) > now:
+                continue
+            busy = [level for level, n in held.levels.items() if n > 0]
+            if not held.queue and not held.exhausted:
+                self._claim_batch(held, busy)
+            if not held.queue:
+                if held.exhausted and held.busy <= 0:
+                    self._release_host(held)
+                continue
+            page = held.queue[0]
+            if not breadth_first_allows(page.level, busy):
+                continue
+            held.queue.popleft()
+            with self._transaction() as cur:
+                cur.execute(
+                    "UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s",
+                    (page.id, self.owner),
+                )
+                if not cur.rowcount:
+                    continue  # reaped meanwhile (this worker looked dead): not ours
+                self._on_move(page, PageState.RUNNING)
+            held.levels[page.level] += 1
+            held.busy += 1
+            data.in_flight += 1
+            data.next_fetch_at = now + data.crawl_delay
+            page.state = PageState.RUNNING
+            return replace(page)
+        return None
+
+    def _claim_batch(self, held: _HeldHost, busy: Sequence[int]) -> None:
+        """Claim the next waiting pages of a held host in one round trip."""
+        limit = min(busy) + 1 if busy else 1 << 30
+        with self._transaction() as cur:
             cur.execute(
-                "SELECT host, greatest(next_fetch_at, retry_after_until), "
-                "in_flight < max_downloads_at_time, extract(epoch FROM clock_timestamp())::float8 "
-                "FROM hosts h WHERE robots_state = 'ready' "
-                "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting') "
-                "ORDER BY host"
+                "UPDATE pages SET owner = %s WHERE id IN (SELECT id FROM pages "
+                "WHERE host = %s AND state = 'waiting' AND owner = '' AND level <= %s "
+                "ORDER BY level, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {PAGE_COLUMNS}",
+                (self.owner, held.data.host, limit, self.batch_size),
             )
-            candidates = cur.fetchall()
-            now = candidates[0][3] if candidates else 0.0
-            due_in = 0.5
-            ready: list[str] = []
-            for name, due, free, _now in candidates:
-                if not free:
-                    due_in = min(due_in, 0.01)  # a slot frees when another worker stores
-                elif due > now:
-                    due_in = min(due_in, due - now)
-                else:
-                    ready.append(name)
-            if ready:
-                self._rotation = (self._rotation + 1) % len(ready)
-                ready = ready[self._rotation :] + ready[: self._rotation]
-            for name in ready:
-                page = self._lease_from(cur, name, now)
-                if page is not None:
-                    self._next_try = 0.0
-                    return page
-                due_in = min(due_in, 0.01)
-            self._next_try = time.monotonic() + due_in
-            return None
+            pages = sorted(
+                (page_from_row(r) for r in cur.fetchall()), key=lambda p: (p.level, p.id)
+            )
+        held.queue.extend(pages)
+        held.exhausted = not pages and not busy
 
-    def _lease_from(self, cur: Cursor, host: str, now: float) -> PageData | None:
-        cur.execute(
-            f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s AND robots_state = 'ready' "
-            "AND in_flight < max_downloads_at_time "
-            "AND greatest(next_fetch_at, retry_after_until) <= %s FOR UPDATE SKIP LOCKED",
-            (host, now),
-        )
-        row = cur.fetchone()
-        if row is None:
-            return None  # another worker holds the host, or it is not due any more
-        data = _host(row)
-        cur.execute(
-            f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
-            "ORDER BY level, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-            (host,),
-        )
-        found = cur.fetchone()
-        if found is None:
-            return None
-        page = page_from_row(found)
-        # Breadth-first barrier, across every worker: no page two levels below one
-        # still in progress anywhere.
-        cur.execute(f"SELECT min(level) FROM pages WHERE host = %s AND state IN {_LEASED}", (host,))
-        busy = (cur.fetchone() or (None,))[0]
-        if busy is not None and page.level > busy + 1:
-            return None
-        cur.execute(
-            "UPDATE pages SET state = 'running', owner = %s, lease_until = %s WHERE id = %s",
-            (self.owner, now + self.lease_s, page.id),
-        )
-        cur.execute(
-            "UPDATE hosts SET in_flight = in_flight + 1, next_fetch_at = %s WHERE host = %s",
-            (now + data.crawl_delay, host),
-        )
-        page.state = PageState.RUNNING
-        self._delays[host] = data.crawl_delay
-        self._page_hosts[page.id] = host
-        return page
-
-    def mark_request_sent(self, host: str) -> None:
-        if self._delays.get(host) == 0:
-            return  # no delay to count from (as of this process's last lease on the host)
-        with self._atomic() as cur:
+    def _lease_host(self) -> bool:
+        """Lease one more host with waiting pages, while this worker has slots to fill."""
+        slots = sum(h.data.max_downloads_at_time for h in self._held.values() if h.queue
+                    or not h.exhausted)  # fmt: skip
+        if slots >= self.download_slots:
+            return False
+        with self._transaction() as cur:
             cur.execute(
-                "UPDATE hosts SET next_fetch_at = greatest(next_fetch_at, "
-                "extract(epoch FROM clock_timestamp()) + crawl_delay) "
-                "WHERE host = %s AND crawl_delay > 0",
-                (host,),
+                "UPDATE hosts SET owner = %s WHERE host = (SELECT host FROM hosts h "
+                "WHERE owner = '' AND robots_state = 'ready' AND EXISTS (SELECT 1 FROM pages p "
+                "WHERE p.host = h.host AND p.state = 'waiting' AND p.owner = '') "
+                "ORDER BY next_fetch_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {HOST_COLUMNS}, budget_hit",
+                (self.owner,),
             )
-
-    def _claim(
-        self, cur: Cursor, page_id: PageId, *states: str, host_name: str | None = None
-    ) -> tuple[PageData, HostData, int, float]:
-        """Lock the page's host row, then the page, which must still be this worker's.
-
-        Returns:
-            The page, its host, the host's admitted pages and the database time.
-        """
-        host_name = host_name or self._page_hosts.pop(page_id, None)
-        if host_name is None:
-            cur.execute("SELECT host FROM pages WHERE id = %s", (page_id,))
             row = cur.fetchone()
             if row is None:
-                raise KeyError(page_id)
-            host_name = row[0]
-        cur.execute(
-            f"SELECT {_HOST_COLUMNS}, admitted, extract(epoch FROM clock_timestamp())::float8 "
-            "FROM hosts WHERE host = %s FOR UPDATE",
-            (host_name,),
-        )
-        locked = cur.fetchone()
-        if locked is None:
-            raise KeyError(host_name)
-        host, admitted, now = _host(locked[:-2]), int(locked[-2]), float(locked[-1])
-        cur.execute(
-            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
-            "AND state = ANY(%s) FOR UPDATE",
-            (page_id, self.owner, list(states)),
-        )
-        found = cur.fetchone()
-        if found is None:
-            raise _LeaseLost(page_id)
-        return page_from_row(found), host, admitted, now
-
-    def _release(self, cur: Cursor, host: HostData) -> None:
-        """Give back a download lease (an in-flight slot of the host)."""
-        cur.execute(
-            "UPDATE hosts SET in_flight = greatest(0, in_flight - 1) WHERE host = %s",
-            (host.host,),
-        )
-        self._wake_downloaders += 1
-
-    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, now = self._claim(cur, page_id, PageState.RUNNING)
-            self._release(cur, host)
-            attempts = page.download_attempts + 1
-            size = len(result.body)
-            changed = False
-            if result.retry_after is not None:
-                host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
-                changed = True
-            if result.throttle and result.status is not None:
-                delay = throttled_delay(host, result.elapsed, ok=result.status == 200)
-                if delay != host.crawl_delay:
-                    host.crawl_delay = delay
-                    changed = True
-            if (
-                result.error
-                or (result.status is not None and result.status >= 500)
-                or (result.status == 429)
-            ):
-                error = result.error or f"http_{result.status}"
-                retry = result.retryable or result.status in (429, 500, 502, 503, 504)
-                if retry and attempts < self.max_download_attempts:
-                    if result.retry_after is None:
-                        backoff = min(30.0, 0.5 * 2 ** (attempts - 1))
-                        host.next_fetch_at = max(host.next_fetch_at, now + backoff)
-                        changed = True
-                    cur.execute(
-                        "UPDATE pages SET state = 'waiting', owner = '', download_attempts = %s, "
-                        "error_code = %s, http_status = %s WHERE id = %s",
-                        (attempts, error, result.status, page_id),
-                    )
-                else:
-                    self._end(cur, page_id, PageState.ERROR, error, attempts, result.status)
-                if changed:
-                    self._save_host_politeness(cur, host)
-                return
-            if changed:
-                self._save_host_politeness(cur, host)
-            status = result.status or 0
-            if status != 200 or not is_html(result.content_type):
-                state, error = (
-                    (PageState.SKIPPED, SkipReason.NOT_HTML.value)
-                    if 200 <= status < 300
-                    else (PageState.ERROR, f"http_{status}")
-                )
-                cur.execute(
-                    "UPDATE pages SET state = %s, owner = '', download_attempts = %s, "
-                    "http_status = %s, content_type = %s, error_code = %s, bytes = %s, "
-                    "downloaded = TRUE WHERE id = %s",
-                    (state.value, attempts, status, result.content_type, error, size, page_id),
-                )
-                return
-            cur.execute(
-                "SELECT id FROM pages WHERE host = %s AND content_hash = %s AND id <> %s "
-                "AND replace_id IS NULL ORDER BY id LIMIT 1",
-                (page.host, content_hash, page_id),
-            )
-            first = cur.fetchone()
-            if first is not None:
-                cur.execute(
-                    "UPDATE pages SET state = 'done', owner = '', download_attempts = %s, "
-                    "http_status = 200, content_type = %s, content_hash = %s, replace_id = %s, "
-                    "bytes = %s, downloaded = TRUE, truncated = %s, error_code = '' WHERE id = %s",
-                    (attempts, result.content_type, content_hash, first[0], size,
-                     result.truncated, page_id),
-                )  # fmt: skip
-                return
-            cur.execute(
-                "UPDATE pages SET state = 'downloaded', lease_until = %s, download_attempts = %s, "
-                "http_status = 200, content_type = %s, content_hash = %s, bytes = %s, "
-                "downloaded = TRUE, truncated = %s, error_code = '' WHERE id = %s",
-                (now + self.lease_s, attempts, result.content_type, content_hash, size,
-                 result.truncated, page_id),
-            )  # fmt: skip
-            page.state = PageState.DOWNLOADED
-            page.http_status, page.content_type = 200, result.content_type
-            page.content_hash, page.bytes = content_hash, size
-            page.download_attempts, page.downloaded = attempts, True
-            page.truncated, page.error_code = result.truncated, ""
-            heapq.heappush(self._parse_queue, (page.level, page.id))
-            self._downloaded[page.id] = (page, result.body)
-            self._pending_bytes += size
-            self._wake_parsers += 1
-
-    @staticmethod
-    def _save_host_politeness(cur: Cursor, host: HostData) -> None:
-        cur.execute(
-            "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
-            "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
-            (host.crawl_delay, host.retry_after_until, host.next_fetch_at, host.host),
-        )
-
-    @staticmethod
-    def _end(
-        cur: Cursor, page_id: PageId, state: PageState, error: str, attempts: int,
-        status: int | None,
-    ) -> None:  # fmt: skip
-        cur.execute(
-            "UPDATE pages SET state = %s, owner = '', download_attempts = %s, error_code = %s, "
-            "http_status = %s WHERE id = %s",
-            (state.value, attempts, error, status, page_id),
-        )
-
-    def store_redirect(
-        self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
-    ) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, _now = self._claim(cur, page_id, PageState.RUNNING)
-            self._release(cur, host)
-            chain = "\n".join([*([u for u in page.redirect_target.split("\n") if u]
-                                 or [page.url]), target_url])  # fmt: skip
-            if skip is not None:
-                cur.execute(
-                    "UPDATE pages SET state = 'skipped', owner = '', error_code = %s, "
-                    "redirect_target = %s WHERE id = %s",
-                    (skip.value, chain, page_id),
-                )
-                return
-            if (
-                target_url in chain.split("\n")[:-1]
-                or page.redirect_hops + 1 > self.max_redirects
-                or self._redirects_back_to(cur, target_normalized, page_id)
-            ):
-                cur.execute(
-                    "UPDATE pages SET state = 'error', owner = '', error_code = %s, "
-                    "redirect_target = %s, redirect_hops = %s WHERE id = %s",
-                    (SkipReason.REDIRECT_LOOP.value, chain, page.redirect_hops + 1, page_id),
-                )
-                return
-            cur.execute("SELECT page_id FROM urls WHERE normalized_url = %s", (target_normalized,))
-            known = cur.fetchone()
-            if known is not None and known[0] != page_id:
-                # The target is a page of its own already: this URL is an alias of it.
-                cur.execute(
-                    "UPDATE pages SET state = 'done', owner = '', replace_id = %s, "
-                    "error_code = 'redirect', redirect_target = %s WHERE id = %s",
-                    (known[0], chain, page_id),
-                )
-                return
-            if known is None:
-                cur.execute(
-                    "INSERT INTO urls (normalized_url, page_id) VALUES (%s, %s)",
-                    (target_normalized, page_id),
-                )
-            cur.execute(
-                "UPDATE pages SET state = 'waiting', owner = '', url = %s, normalized_url = %s, "
-                "redirect_target = %s, redirect_hops = %s WHERE id = %s",
-                (target_url, target_normalized, chain, page.redirect_hops + 1, page_id),
-            )
-
-    def _redirects_back_to(self, cur: Cursor, normalized_url: str, page_id: PageId) -> bool:
-        """Whether ``normalized_url`` is a page that already stands for ``page_id``."""
-        cur.execute("SELECT page_id FROM urls WHERE normalized_url = %s", (normalized_url,))
-        row = cur.fetchone()
-        if row is None or row[0] == page_id:
-            return False
-        current = row[0]
-        for _ in range(self.max_redirects + 1):
-            cur.execute("SELECT replace_id FROM pages WHERE id = %s", (current,))
-            current = (cur.fetchone() or (None,))[0]
-            if current is None:
                 return False
-            if current == page_id:
-                return True
-        return False
-
-    def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, _now = self._claim(cur, page_id, *_LEASED_STATES)
-            if page.state is PageState.RUNNING:
-                self._release(cur, host)
+            data = host_from_row(row[:-1])
             cur.execute(
-                "UPDATE pages SET state = 'skipped', owner = '', error_code = %s WHERE id = %s",
-                (reason.value, page_id),
+                "SELECT coalesce(sum(n), 0) FROM counts WHERE host = %s AND key LIKE 'state:%%'",
+                (data.host,),
             )
+            admitted = int((cur.fetchone() or (0,))[0])
+        data.in_flight = 0
+        self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-1]))
+        return True
 
-    # -- parsing ---------------------------------------------------------
-    def take_for_parsing(self) -> tuple[PageData, bytes] | None:
-        if not self._parse_queue:
-            return None
-        with self._lock:  # memory only: this process downloaded the body, it parses it
-            if not self._parse_queue:
-                return None
-            _level, page_id = heapq.heappop(self._parse_queue)
-            page, body = self._downloaded.pop(page_id)
-            page.state = PageState.PARSING
-            self._parsing[page_id] = (page, len(body))
-            return replace(page), body
+    def _release_host(self, held: _HeldHost) -> None:
+        """Give a host back: nothing of it is waiting or in progress here."""
+        with self._transaction() as cur:
+            self._save_held(cur, held)
+            cur.execute(
+                "UPDATE hosts SET owner = '' WHERE host = %s AND owner = %s",
+                (held.data.host, self.owner),
+            )
+        del self._held[held.data.host]
+        self._wake_downloaders = 1 << 16
 
-    def store_parse(
-        self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
-    ) -> None:
+    def mark_request_sent(self, host: str) -> None:
         with self._lock:
-            page, size = self._parsing.pop(page_id)
-            self._pending_bytes -= size
-            with contextlib.suppress(_LeaseLost), self._transaction() as cur:
-                self._store_parse(cur, page, links, skipped)
-
-    def _store_parse(
-        self,
-        cur: Cursor,
-        page: PageData,
-        links: Sequence[FoundLink],
-        skipped: Sequence[SkippedLink],
-    ) -> None:
-        _page, _host_data, admitted, _now = self._claim(
-            cur, page.id, PageState.DOWNLOADED, host_name=page.host
-        )
-        unique: dict[str, FoundLink] = {}
-        for link in links:
-            unique.setdefault(link.normalized_url, link)
-        cur.execute(
-            "SELECT normalized_url, page_id FROM urls WHERE normalized_url = ANY(%s)",
-            (list(unique),),
-        )
-        known: dict[str, int] = dict(cur.fetchall())
-        new_rows: list[tuple[str, str, str, int | None, int, str]] = []
-        not_queued: list[tuple[str, str, str, int]] = []
-        for norm, link in unique.items():
-            if norm in known:
-                continue
-            if link.skip_if_new is not None:
-                not_queued.append((page.host, norm, link.skip_if_new.value, page.id))
-                continue
-            if self.max_pages and admitted + len(new_rows) >= self.max_pages:
-                not_queued.append((page.host, norm, SkipReason.BUDGET.value, page.id))
-                continue
-            new_rows.append((page.host, link.url, norm, page.id, page.level + 1, page.url))
-        new_ids = self._insert_pages(cur, new_rows) if new_rows else []
-        targets = [known[n] for n in unique if n in known]
-        targets.extend(new_ids)
-        cur.executemany(
-            "INSERT INTO arcs (from_id, to_id, host) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            [(page.id, target, page.host) for target in targets],
-        )
-        if any(row[2] == SkipReason.BUDGET.value for row in not_queued):
-            cur.execute("UPDATE hosts SET budget_hit = TRUE WHERE host = %s", (page.host,))
-        cur.executemany(
-            "INSERT INTO skipped (host, url, reason, found_on) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT DO NOTHING",
-            not_queued + [(page.host, s.url, s.reason.value, page.id) for s in skipped],
-        )
-        cur.execute(
-            "UPDATE pages SET state = 'done', owner = '', parsed = TRUE, out_degree = %s "
-            "WHERE id = %s",
-            (len(targets), page.id),
-        )
+            held = self._held.get(host)
+            if held is not None:
+                if held.data.crawl_delay > 0:
+                    held.data.next_fetch_at = max(
+                        held.data.next_fetch_at, self._now() + held.data.crawl_delay
+                    )
+                return
+            # robots.txt, fetched before anyone holds the host: the delay counts in its row.
+            with self._transaction() as cur:
+                cur.execute(
+                    "UPDATE hosts SET next_fetch_at = greatest(next_fetch_at, "
+                    "extract(epoch FROM clock_timestamp()) + crawl_delay) "
+                    "WHERE host = %s AND crawl_delay > 0",
+                    (host,),
+                )
 
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
         with self._lock:
-            self._heartbeat()
+            self._reap_dead()
             if self._stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
                 return self._stats
             with self._transaction() as cur:
@@ -938,98 +735,53 @@ class PostgresDataManager(PagedReads, DataManager):
                 # leave the queue without seeing where it went.
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute(
-                    f"SELECT {_HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
+                    f"SELECT {HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
                 )
                 host_rows = cur.fetchall()
-                cur.execute(
-                    "SELECT host, state, CASE WHEN state = 'error' THEN error_code ELSE '' END, "
-                    "count(*), coalesce(sum(bytes), 0), "
-                    "count(*) FILTER (WHERE replace_id IS NOT NULL AND error_code = ''), "
-                    "count(*) FILTER (WHERE error_code = 'redirect') "
-                    "FROM pages GROUP BY 1, 2, 3"
-                )
-                page_rows = cur.fetchall()
-            by_state: dict[str, Counter[str]] = {}
-            errors: dict[str, Counter[str]] = {}
-            size: Counter[str] = Counter()
-            dups: Counter[str] = Counter()
-            aliases: Counter[str] = Counter()
-            for host, state, error, count, nbytes, ndup, nalias in page_rows:
-                by_state.setdefault(host, Counter())[state] += count
-                if state == PageState.ERROR:
-                    errors.setdefault(host, Counter())[error] += count
-                size[host] += int(nbytes)
-                dups[host] += ndup
-                aliases[host] += nalias
+                cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
+                count_rows = cur.fetchall()
+            counts: dict[str, StateCounts] = {}
+            for host, key, n in count_rows:
+                c = counts.setdefault(host, StateCounts({}, {}))
+                kind, _, name = key.partition(":")
+                if kind == "state":
+                    c.by_state[name] = int(n)
+                elif kind == "error":
+                    c.errors[name] = int(n)
+                elif kind in ("duplicates", "aliases", "bytes"):
+                    setattr(c, kind, int(n))
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
-            stats = []
+            stats, all_counts = [], []
             pending = 0
             for row in host_rows:
-                data, budget_hit = _host(row[:-1]), bool(row[-1])
-                name = data.host
+                data = host_from_row(row[:-1])
                 if data.robots_state is RobotsState.PENDING:
                     pending += 1
-                c = by_state.get(name, Counter())
-                parsing = parsing_here[name]
-                stats.append(
-                    HostStats(
-                        host=name,
-                        waiting=c[PageState.WAITING],
-                        running=c[PageState.RUNNING] + parsing,
-                        downloaded=max(0, c[PageState.DOWNLOADED] - parsing),
-                        parsing=parsing,
-                        done=c[PageState.DONE] - dups[name] - aliases[name],
-                        errors=c[PageState.ERROR],
-                        skipped=c[PageState.SKIPPED],
-                        duplicates=dups[name],
-                        bytes=size[name],
-                        crawl_delay=data.crawl_delay,
-                        stop_reason=data.stop_reason,
-                        robots_state=data.robots_state.value,
-                        errors_by_kind=tuple(
-                            sorted((k, v) for k, v in errors.get(name, Counter()).items() if v)
-                        ),
-                        started_at=data.started_at,
-                        finished_at=data.finished_at,
-                        budget_hit=budget_hit,
-                    )
-                )
+                c = counts.get(data.host, StateCounts({}, {}))
+                c.budget_hit = bool(row[-1])
+                parsing = parsing_here[data.host]
+                # A body being parsed here is still 'downloaded' in the table.
+                c.by_state[PageState.DOWNLOADED] = c.by_state.get(PageState.DOWNLOADED, 0) - parsing
+                held = self._held.get(data.host)
+                if held is not None:
+                    data = replace(held.data, stop_reason=data.stop_reason,
+                                   finished_at=data.finished_at)  # fmt: skip
+                all_counts.append(c)
+                stats.append(host_stats(data, c, parsing=parsing))
             self._robots_pending = pending
-            self._stats = CrawlStats(
-                hosts=tuple(stats),
-                pages_done=sum(c[PageState.DONE] for c in by_state.values())
-                - sum(aliases.values()),
-                downloading=sum(h.running - h.parsing for h in stats),
-                parsing=sum(h.parsing for h in stats),
-                bytes=sum(size.values()),
-                taken_at=self.clock(),
-            )
+            self._stats = crawl_stats(stats, all_counts, self.clock())
             self._stats_at = time.monotonic()
             return self._stats
 
     def set_stop_reason(self, host: str, reason: str) -> None:
+        self._stats = None
+        super().set_stop_reason(host, reason)
+
+    def try_elect(self, role: str) -> bool:
+        """Whether this worker is the one (of all workers of the crawl) to do ``role``
+        (writing the output files): the first to ask holds it until it closes."""
+        if self.read_only:
+            return True
         with self._atomic() as cur:
-            self._stats = None
-            cur.execute(
-                "UPDATE hosts SET stop_reason = %s, finished_at = %s "
-                "WHERE host = %s AND NOT (stop_reason <> '' AND finished_at <> 0)",
-                (reason, self.clock(), host),
-            )
-
-    text_order = ' COLLATE "C"'
-
-    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._atomic() as cur:
-            cur.execute(query.replace("?", "%s"), params)
-            return cur.fetchall()
-
-
-_LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
-
-
-class _LeaseLost(Exception):
-    """The page's lease expired and another worker took it: this result is dropped."""
-
-    def __init__(self, page_id: PageId) -> None:
-        super().__init__(page_id)
-        logger.warning("page %d: its lease expired, another worker fetches it", page_id)
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (f"{self.schema}:{role}",))
+            return bool((cur.fetchone() or (False,))[0])
