@@ -11,9 +11,7 @@ from taskplugins import LinkHookRecorder
 from test_resume import kill9, run, spawn, wait_for_hits
 from webserver import Resource
 
-from plugins.contacts.book import emails_of_mailto
-from plugins.journal import FindingsJournal
-from rccrawler.manager import load_settings
+from plugins.contacts.links import emails_of_mailto
 from rccrawler.unloaders import host_file_stem
 
 ROOT = "http://a.test/"
@@ -82,47 +80,6 @@ def test_contacts_task_collects_mailto_addresses_and_domains_exactly(serve, craw
     assert read_contacts(result) == EXPECTED
     # The web graph is still written beside it.
     assert "http://a.test/contact" in result.graph("a.test").urls
-
-
-def test_fresh_discards_the_journal_and_a_new_crawl_starts_it_empty(serve, crawler, tmp_path):
-    server = serve(audit_sites())
-    result = crawler.run(["a.test"], server.resolve, **AUDIT,
-                         manager="plugins.contacts.ContactsManager")  # fmt: skip
-    journal = result.manager.state_dir / "contacts.jsonl"
-    assert journal.exists()
-    path = crawler.settings_file(
-        ["a.test"], server.resolve, **AUDIT, manager="plugins.contacts.ContactsManager"
-    )
-    manager_cls, settings = load_settings(path)
-    manager_cls.fresh(settings)
-    assert not journal.exists()
-    # A stale journal with no crawl state behind it is not reported.
-    journal.write_text('["a.test", "email", "stale@x.test", "http://a.test/"]\n')
-    manager = manager_cls(settings)
-    assert manager.run()
-    assert read_contacts(result) == EXPECTED
-
-
-def test_journal_survives_a_cut_line_and_reads_as_a_set(tmp_path):
-    path = tmp_path / "contacts.jsonl"
-    path.write_text(
-        '["a.test", "email", "x@a.test", "http://a.test/"]\n'
-        '["a.test", "email", "x@a.test", "http://a.test/"]\n'
-        '["a.test", "domain", "b.te'  # a killed process stopped here
-    )
-    book = FindingsJournal(path)
-    book.open(fresh=False)
-    book.add_page("a.test", "http://a.test/p", [("domain", "c.test"), ("domain", "c.test")])
-    book.add_page("b.test", "http://b.test/", [("email", "y@b.test")])
-    book.close()
-    assert book.read("a.test") == [
-        ("domain", "c.test", "http://a.test/p"),
-        ("email", "x@a.test", "http://a.test/"),
-    ]
-    assert book.read("b.test") == [("email", "y@b.test", "http://b.test/")]
-    book.open(fresh=True)
-    book.close()
-    assert book.read("a.test") == []
 
 
 def test_mailto_addresses():

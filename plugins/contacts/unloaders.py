@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from plugins.journal import JournalledManager
+from plugins.contacts.threads import CONTACTS
 from rccrawler.unloaders import ResultUnloader
 
 if TYPE_CHECKING:
@@ -17,6 +17,9 @@ class ContactsUnloader(ResultUnloader):
     """Writes ``H.contacts.csv``: one row per contact and page it was found on, sorted."""
 
     def unload(self) -> list[Path]:
-        if not isinstance(self.manager, JournalledManager):
-            return []
-        return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, self.manager.journal.read)
+        return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, self.contacts)
+
+    def contacts(self, host: str) -> list[tuple[Any, ...]]:
+        return sorted(
+            self.data.task_rows(CONTACTS.name, columns=CONTACTS_HEADER, equals={"host": host})
+        )

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from plugins.journal import journal_of
 from plugins.linkcheck.broken import BrokenLink, find_broken
 from plugins.linkcheck.external import ExternalChecker, check_external_enabled
-from plugins.linkcheck.threads import EXTERNAL
+from plugins.linkcheck.threads import EXTERNAL_LINKS
 from rccrawler.unloaders import ReportUnloader, ResultUnloader, shared_result
 
 if TYPE_CHECKING:
@@ -28,8 +27,10 @@ def site_broken_links(manager: ApplicationManager, host: str) -> list[BrokenLink
         statuses = external_statuses(manager)
         if statuses:
             pages: defaultdict[str, list[str]] = defaultdict(list)
-            for kind, url, page in journal_of(manager, "unloaders").read(host):
-                if kind == EXTERNAL and url in statuses:
+            for url, page in manager.data.task_rows(
+                EXTERNAL_LINKS.name, columns=("url", "found_on"), equals={"host": host}
+            ):
+                if url in statuses:
                     pages[url].append(page)
             found += [
                 BrokenLink(url, statuses[url], tuple(sorted(on))) for url, on in pages.items()
@@ -45,13 +46,7 @@ def external_statuses(manager: ApplicationManager) -> dict[str, str]:
     def compute() -> dict[str, str]:
         if not check_external_enabled(manager.settings):
             return {}
-        journal = journal_of(manager, "unloaders")
-        urls = {
-            url
-            for host in manager.data.hosts()
-            for kind, url, _page in journal.read(host.host)
-            if kind == EXTERNAL
-        }
+        urls = {url for (url,) in manager.data.task_rows(EXTERNAL_LINKS.name, columns=("url",))}
         crawl = manager.settings.crawl
         checker = ExternalChecker(
             manager.fetcher,

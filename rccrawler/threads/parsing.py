@@ -59,7 +59,8 @@ class ParsingThread(CrawlerThread):
     # needs a lock. They may read ``page`` and ``self.data``'s read methods, but
     # not change the crawl: what a page links to is decided by classify_links().
     # A page parsed again after a crash (its parse was never stored) calls them
-    # again, so what they collect should be a set. No-ops by default.
+    # again: keep what they find on the thread and return it from process_page()
+    # as task rows, stored with the parse. No-ops by default.
 
     def found_internal_link(self, page: PageData, url: str) -> None:
         """A link to the page's own site (followed or not: robots, depth, include).
