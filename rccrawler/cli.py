@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -13,6 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
+from rccrawler.safetext import (
+    TerminalSafeFormatter,
+    TerminalSafeLogRecord,
+    json_terminal_safe,
+    terminal_safe,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -26,6 +33,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 RESUME_MESSAGE = "stopped: run the same command to resume"
+_STATE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR,
+                 errno.ENOENT)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,12 +69,12 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_file:
         handlers.append(logging.FileHandler(log_file, encoding="utf-8"))
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        handlers=handlers,
-        force=True,
-    )
+    # Messages carry crawled text: escape control characters for every handler.
+    logging.setLogRecordFactory(TerminalSafeLogRecord)
+    formatter = TerminalSafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=handlers, force=True)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
@@ -103,12 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StateError as exc:
         print(f"rccrawler: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        # A read-only or broken state or output folder (--fresh, stop): a state error.
+        if exc.errno not in _STATE_ERRNOS:
+            raise
+        print(f"rccrawler: cannot write {exc.filename or 'the state'}: {exc.strerror}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
 
 
 def crawl_command(config: str, *, fresh: bool, tui: bool | None = None) -> int:
+    from rccrawler.config import check_writable_dirs
     from rccrawler.manager import load_settings
 
     manager_cls, settings = load_settings(config)
+    check_writable_dirs(settings)
     if fresh:
         manager_cls.fresh(settings)
     manager = manager_cls(settings)
@@ -161,6 +179,10 @@ def run_manager(
         return EXIT_OK
     if summary:
         print_summary(manager, manager.report, tui=tui)
+    if manager.unload_failures:
+        print(f"rccrawler: {len(manager.unload_failures)} output file set(s) could not be "
+              "written (see the errors above)", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -184,11 +206,11 @@ def print_summary(
     sites = report.get("sites", {})
     assert isinstance(sites, dict)
     for host, site in sites.items():
-        print(
+        print(terminal_safe(
             f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
             f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
             f"{site['elapsed_s']} s — {site['stop_reason']}"
-        )
+        ))  # fmt: skip
     print(f"results in {manager.settings.output_dir}")
 
 
@@ -247,10 +269,10 @@ def status_command(config: str, *, as_json: bool) -> int:
         "  stop reason"
     )
     for row in rows:
-        print(
+        print(terminal_safe(
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
             f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
-        )
+        ))  # fmt: skip
     return EXIT_OK
 
 
@@ -277,12 +299,14 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
               "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     for rank, hit in enumerate(hits, 1):
+        # Titles, URLs and snippets are crawled text (terminal_safe).
         if as_json:
-            print(json.dumps(hit, ensure_ascii=False))
+            print(json_terminal_safe(json.dumps(hit, ensure_ascii=False)))
         else:
-            print(f"{rank}. {hit['title']}  ({hit['score']})\n   {hit['url']}")
+            print(f"{rank}. {terminal_safe(str(hit['title']))}  ({hit['score']})\n"
+                  f"   {terminal_safe(str(hit['url']))}")  # fmt: skip
             if hit.get("summary"):
-                print(f"   {hit['summary']}")
+                print(f"   {terminal_safe(str(hit['summary']))}")
     if not hits and not as_json:
         print("no hits")
     return EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import logging
 import os
@@ -20,14 +21,29 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from rccrawler.manager import ApplicationManager
+    from rccrawler.records import HostData
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+MAX_STEM_BYTES = 150
+"""Longest file stem taken from a host name. File names may hold 255 bytes; the rest is
+room for the suffixes (``.skipped.csv``, a task's own) and atomic_write's temporary name."""
+
+
 def host_file_stem(host: str) -> str:
-    """A site's output file stem: the host, with ':' written as '_' (SPEC §8)."""
-    return host.replace(":", "_")
+    """A site's output file stem: the host, with ':' written as '_' (SPEC §8).
+
+    A host name may be 253 characters, more than a file name can hold with its suffix,
+    so a long one is cut and ends with a hash of the whole name: still readable, and
+    two long hosts that share a beginning never share a file.
+    """
+    stem = host.replace(":", "_").replace("/", "_")
+    if len(stem.encode("utf-8")) <= MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(host.encode("utf-8")).hexdigest()[:16]
+    return f"{stem[: MAX_STEM_BYTES - len(digest) - 1]}-{digest}"
 
 
 @contextmanager
@@ -80,10 +96,28 @@ class ResultUnloader:
         self.manager = manager
         self.data = manager.data
         self.output_dir = manager.settings.output_dir
+        self.failures: list[str] = []
+        """One line per site whose files could not be written (the manager reports them)."""
 
     def unload(self) -> list[Path]:
         """Write the results; return the files written."""
         raise NotImplementedError
+
+    def unload_per_site(self, write: Callable[[HostData], list[Path]]) -> list[Path]:
+        """Call ``write`` for every site; one site's failure never costs the others theirs.
+
+        A failure (a full disk, a name the file system refuses) is logged and kept in
+        :attr:`failures`, so the crawl can end with exit code 1.
+        """
+        written: list[Path] = []
+        for host in self.data.hosts():
+            try:
+                written += write(host)
+            except Exception as exc:
+                problem = f"{host.host}: {type(self).__name__} failed: {exc}"
+                logger.error("%s", problem)
+                self.failures.append(problem)
+        return written
 
     def write_site_csvs(
         self,
@@ -91,20 +125,22 @@ class ResultUnloader:
         header: Sequence[str],
         rows_of: Callable[[str], Iterable[Sequence[object]]],
     ) -> list[Path]:
-        """Write ``H.<suffix>`` for every site: ``header``, then ``rows_of(host)``.
+        """Write ``H.<suffix>`` for every site: ``header``, then ``rows_of(host)``
+        (through :meth:`unload_per_site`, so one site's failure spares the others).
 
         Returns:
             The files written.
         """
-        written = []
-        for host in self.data.hosts():
+
+        def write(host: HostData) -> list[Path]:
             path = self.output_dir / f"{host_file_stem(host.host)}.{suffix}"
             with atomic_write(path, newline="") as handle:
                 writer = csv.writer(handle)
                 writer.writerow(header)
                 writer.writerows(rows_of(host.host))
-            written.append(path)
-        return written
+            return [path]
+
+        return self.unload_per_site(write)
 
 
 def page_skip_reason(page: PageData) -> str:

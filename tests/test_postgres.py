@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -296,3 +297,77 @@ def test_rccrawler_stop_reaches_every_worker_through_the_database(serve, pg_craw
     assert len([p for p in paths if p != "/robots.txt"]) == 300
     assert max(paths.values()) == 1, "a clean stop hands back its leases: nothing twice"
     assert len(graph_by_url(load_result(path), "a.test")[0]) == 300
+
+
+def bfs_levels(nodes: dict[int, str], arcs: list[tuple[int, int]], root: int) -> dict[int, int]:
+    """Shortest distances from the root along the graph's arcs."""
+    children: dict[int, list[int]] = {}
+    for source, target in arcs:
+        children.setdefault(source, []).append(target)
+    levels, frontier = {root: 0}, [root]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in children.get(node, []):
+                if child not in levels:
+                    levels[child] = levels[node] + 1
+                    following.append(child)
+        frontier = following
+    return levels
+
+
+@pytest.mark.parametrize("max_depth", [100, 3])
+def test_levels_are_shortest_distances_whatever_order_workers_find_links(
+    serve, pg_crawler, tmp_path, max_depth
+):
+    site = generated_site("a.test", 300, fanout=3, seed=5)
+    rng = random.Random(7)
+    # Uneven answer times shuffle the order in which pages are parsed, across workers.
+    uneven = {p: Resource(r.body, r.status, r.headers, delay=rng.choice((0, 0, 0.02, 0.08)))
+              for p, r in site.items()}  # fmt: skip
+    server = serve({"a.test": uneven})
+    options = {"threads": {"downloading": 4, "parsing": 2},
+               "crawl": {"max_downloads_at_time": 4, "max_depth": max_depth}}  # fmt: skip
+    path = pg_crawler.settings_file(["a.test"], server.resolve, **options)
+    wait_all(start_workers(path, 3))
+    shared = load_result(path).graph("a.test")
+    single = CrawlRunner(tmp_path / "sqlite").run(["a.test"], server.resolve, **options)
+    alone = single.graph("a.test")
+    level_of = {n["url"]: int(n["level"]) for n in shared.nodes}
+    assert level_of == {n["url"]: int(n["level"]) for n in alone.nodes}
+    assert graph_by_url(load_result(path), "a.test") == graph_by_url(single, "a.test")
+    # And each level is the shortest distance from the start page along the arcs.
+    ids = {int(n["id"]): n["url"] for n in shared.nodes}
+    root = next(i for i, url in ids.items() if url == "http://a.test/")
+    distances = bfs_levels(ids, shared.arcs, root)
+    assert {ids[i]: d for i, d in distances.items()} == level_of
+
+
+def test_workers_survive_status_and_a_late_joiner(serve, pg_crawler):
+    site = generated_site("a.test", 400, fanout=4)
+    slow = {p: Resource(r.body, r.status, r.headers, delay=0.01) for p, r in site.items()}
+    server = serve({"a.test": slow})
+    path = pg_crawler.settings_file(
+        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 1},
+        crawl={"max_downloads_at_time": 4},
+    )  # fmt: skip
+    workers = start_workers(path, 3)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
+    late: list[subprocess.Popen[bytes]] = []
+    statuses = 0
+    deadline = time.monotonic() + 60
+    while any(w.poll() is None for w in workers) and time.monotonic() < deadline:
+        status = subprocess.run(
+            [sys.executable, "-m", "rccrawler", "status", "--json", "--config", str(path)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        statuses += 1
+        if statuses == 3 and not late:
+            late = start_workers(path, 1)  # a fourth worker joins a running crawl
+        time.sleep(0.2)
+    wait_all(workers + late)
+    assert statuses >= 3
+    paths = Counter(server.paths_for("a.test"))
+    assert len([p for p in paths if p != "/robots.txt"]) == 400
+    assert max(paths.values()) == 1, [p for p, n in paths.items() if n > 1][:10]

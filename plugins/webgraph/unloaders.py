@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from plugins.webgraph.analysis import LinkAnalysis
+    from rccrawler.records import HostData
 
 NODE_HEADER = (
     "id", "url", "level", "status", "content_type", "content_hash", "duplicate_of", "out_degree",
@@ -38,86 +39,84 @@ class CsvGraphUnloader(ResultUnloader):
     """Writes ``H.nodes.csv`` and ``H.arcs.csv`` for every site."""
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            stem = host_file_stem(host.host)
-            nodes = self.output_dir / f"{stem}.nodes.csv"
-            analysis = site_analysis(self.manager, host.host)
-            with atomic_write(nodes, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(NODE_HEADER)
-                for page in graph_nodes(self, host.host):
-                    writer.writerow(
-                        (page.id, page.normalized_url, page.level, page.http_status,
-                         page.content_type.split(";")[0].strip(), page.content_hash,
-                         page.replace_id or "", page.out_degree, *_link_columns(analysis, page))
-                    )  # fmt: skip
-            arcs = self.output_dir / f"{stem}.arcs.csv"
-            with atomic_write(arcs, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("from", "to"))
-                writer.writerows(self.data.iter_arcs(host.host))
-            written += [nodes, arcs]
-        return written
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        stem = host_file_stem(host.host)
+        nodes = self.output_dir / f"{stem}.nodes.csv"
+        analysis = site_analysis(self.manager, host.host)
+        with atomic_write(nodes, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(NODE_HEADER)
+            for page in graph_nodes(self, host.host):
+                writer.writerow(
+                    (page.id, page.normalized_url, page.level, page.http_status,
+                     page.content_type.split(";")[0].strip(), page.content_hash,
+                     page.replace_id or "", page.out_degree, *_link_columns(analysis, page))
+                )  # fmt: skip
+        arcs = self.output_dir / f"{stem}.arcs.csv"
+        with atomic_write(arcs, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("from", "to"))
+            writer.writerows(self.data.iter_arcs(host.host))
+        return [nodes, arcs]
 
 
 class GraphMLUnloader(ResultUnloader):
     """Writes ``H.graphml``: the same graph, for Gephi, networkx or yEd."""
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
-            analysis = site_analysis(self.manager, host.host)
-            with atomic_write(path) as handle:
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
+        analysis = site_analysis(self.manager, host.host)
+        with atomic_write(path) as handle:
+            handle.write(
+                '<?xml version="1.0" encoding="UTF-8"?>\n'
+                '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
+                '  <key id="url" for="node" attr.name="url" attr.type="string"/>\n'
+                '  <key id="level" for="node" attr.name="level" attr.type="int"/>\n'
+                '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
+                '  <key id="in_degree" for="node" attr.name="in_degree" attr.type="int"/>\n'
+                '  <key id="pagerank" for="node" attr.name="pagerank" attr.type="double"/>\n'
+                f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
+            )
+            for page in graph_nodes(self, host.host):
+                if page.replace_id is not None:
+                    continue  # a duplicate is the page it duplicates
                 handle.write(
-                    '<?xml version="1.0" encoding="UTF-8"?>\n'
-                    '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
-                    '  <key id="url" for="node" attr.name="url" attr.type="string"/>\n'
-                    '  <key id="level" for="node" attr.name="level" attr.type="int"/>\n'
-                    '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
-                    '  <key id="in_degree" for="node" attr.name="in_degree" attr.type="int"/>\n'
-                    '  <key id="pagerank" for="node" attr.name="pagerank" attr.type="double"/>\n'
-                    f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
+                    f'    <node id="n{page.id}"><data key="url">'
+                    f"{_escape(page.normalized_url)}</data>"
+                    f'<data key="level">{page.level}</data>'
+                    f'<data key="status">{page.http_status}</data>'
+                    f"{_link_data(analysis, page)}</node>\n"
                 )
-                for page in graph_nodes(self, host.host):
-                    if page.replace_id is not None:
-                        continue  # a duplicate is the page it duplicates
-                    handle.write(
-                        f'    <node id="n{page.id}"><data key="url">'
-                        f"{_escape(page.normalized_url)}</data>"
-                        f'<data key="level">{page.level}</data>'
-                        f'<data key="status">{page.http_status}</data>'
-                        f"{_link_data(analysis, page)}</node>\n"
-                    )
-                for number, (source, target) in enumerate(self.data.iter_arcs(host.host)):
-                    handle.write(
-                        f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n'
-                    )
-                handle.write("  </graph>\n</graphml>\n")
-            written.append(path)
-        return written
+            for number, (source, target) in enumerate(self.data.iter_arcs(host.host)):
+                handle.write(f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n')
+            handle.write("  </graph>\n</graphml>\n")
+        return [path]
 
 
 class SkippedUnloader(ResultUnloader):
     """Writes ``H.skipped.csv``: every URL found and not crawled, once, with why."""
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.skipped.csv"
-            with atomic_write(path, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("url", "reason", "found_on"))
-                # Pages that were queued but ended without being nodes, then links
-                # that never became pages; the DataManager keeps both unique.
-                for page in self.data.iter_pages(host.host):
-                    reason = page_skip_reason(page)
-                    if reason:
-                        writer.writerow((page.normalized_url, reason, page.referer))
-                writer.writerows(self.data.iter_skipped(host.host))
-            written.append(path)
-        return written
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        path = self.output_dir / f"{host_file_stem(host.host)}.skipped.csv"
+        with atomic_write(path, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("url", "reason", "found_on"))
+            # Pages that were queued but ended without being nodes, then links
+            # that never became pages; the DataManager keeps both unique.
+            for page in self.data.iter_pages(host.host):
+                reason = page_skip_reason(page)
+                if reason:
+                    writer.writerow((page.normalized_url, reason, page.referer))
+            writer.writerows(self.data.iter_skipped(host.host))
+        return [path]
 
 
 def _link_columns(analysis: LinkAnalysis, page: PageData) -> tuple[int | str, str]:

@@ -208,6 +208,7 @@ class PostgresDataManager(SQLDataManager):
         with self._atomic() as cur:
             self._opened_at = self._clock(cur)
             self._offset = self._opened_at - self.clock()
+            self._load_deep_links(cur)
             if not self.read_only:
                 cur.execute(
                     "INSERT INTO workers VALUES (%s, %s, %s, %s, %s)",
@@ -691,6 +692,10 @@ class PostgresDataManager(SQLDataManager):
                 (data.host,),
             )
             admitted = int((cur.fetchone() or (0,))[0])
+            if not self._deep_links:
+                cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = %s)",
+                            (data.host,))  # fmt: skip
+                self._deep_links = bool((cur.fetchone() or (False,))[0])
         data.in_flight = 0
         self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-1]))
         return True

@@ -118,6 +118,10 @@ CREATE TABLE IF NOT EXISTS arcs (
     PRIMARY KEY (from_id, to_id)
 ){without_rowid};
 CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
+CREATE TABLE IF NOT EXISTS deep_links (
+    url TEXT NOT NULL, from_id {id} NOT NULL, host TEXT NOT NULL, PRIMARY KEY (url, from_id)
+){without_rowid};
+CREATE INDEX IF NOT EXISTS deep_links_host ON deep_links (host);
 CREATE TABLE IF NOT EXISTS skipped (
     host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on {id},
     PRIMARY KEY (host, url)
@@ -288,6 +292,13 @@ class SQLDataManager(DataManager):
         self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
         self._parsing: dict[PageId, tuple[PageData, int]] = {}
         self._pending_bytes = 0
+        self._deep_links = False
+        """Some link was too deep to queue (then new pages look for arcs to them)."""
+
+    def _load_deep_links(self, cur: Cursor) -> None:
+        """Whether the state holds links that were too deep (at open)."""
+        cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links)")
+        self._deep_links = bool((cur.fetchone() or (False,))[0])
 
     # -- the dialect ---------------------------------------------------------
     @abstractmethod
@@ -490,6 +501,20 @@ class SQLDataManager(DataManager):
         )
         self._on_admitted(cur, host, len(rows))
         self._wake_downloaders += len(rows)
+        if self._deep_links:
+            # Pages that linked to these URLs when they were too deep to queue: now that
+            # a shorter path made them pages, those links are arcs too (whatever the order).
+            for start in range(0, len(rows), 500):
+                chunk = [row[2] for row in rows[start : start + 500]]
+                marks = ",".join("?" * len(chunk))
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO arcs (from_id, to_id, host) SELECT d.from_id, u.page_id, "
+                        "d.host FROM deep_links d JOIN urls u ON u.normalized_url = d.url "
+                        f"WHERE d.url IN ({marks}) ON CONFLICT DO NOTHING"
+                    ),
+                    chunk,
+                )
         return ids
 
     def _page_of_url(self, cur: Cursor, normalized_url: str) -> PageId | None:
@@ -779,6 +804,17 @@ class SQLDataManager(DataManager):
                 )
                 if admission.budget_hit:
                     self._on_budget_hit(cur, page.host)
+                deep = [(url, page_id, page.host) for url, reason in admission.not_queued
+                        if reason == SkipReason.DEPTH.value]  # fmt: skip
+                if deep:
+                    cur.executemany(
+                        self._sql(
+                            "INSERT INTO deep_links (url, from_id, host) VALUES (?, ?, ?) "
+                            "ON CONFLICT DO NOTHING"
+                        ),
+                        deep,
+                    )
+                    self._deep_links = True
                 cur.executemany(
                     self._sql(
                         "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?) "

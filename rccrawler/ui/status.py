@@ -24,6 +24,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from rccrawler.safetext import terminal_safe
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
@@ -317,7 +319,7 @@ def _pick_rows(
 
 def _cut(text: str, style: str = "") -> Text:
     """A one-line cell that ends in an ellipsis when its column is narrowed."""
-    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+    return Text(terminal_safe(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
 def _row(
@@ -371,7 +373,7 @@ def _warnings_panel(warnings: list[tuple[float, str, str]]) -> RenderableType:
     for created, level, message in warnings:
         stamp = datetime.fromtimestamp(created).strftime("%H:%M:%S")
         style = "red" if level in ("ERROR", "CRITICAL") else "yellow"
-        lines.append(Text.assemble(f"  {stamp} ", (message, style), no_wrap=True))
+        lines.append(Text.assemble(f"  {stamp} ", (terminal_safe(message), style), no_wrap=True))
     return Group(*lines)
 
 
@@ -457,7 +459,7 @@ def report_table(report: Mapping[str, Any]) -> Table:
         )
         errors = int(site.get("errors", 0))
         table.add_row(
-            host,
+            Text(terminal_safe(host)),
             f"{site.get('pages_done', 0):,}",
             Text(f"{errors:,}", style="red" if errors else ""),
             f"{site.get('duplicates', 0):,}",
@@ -465,7 +467,7 @@ def report_table(report: Mapping[str, Any]) -> Table:
             kinds or "-",
             _bytes(int(site.get("bytes", 0))),
             f"{float(site.get('elapsed_s', 0.0)):.1f} s",
-            site.get("stop_reason") or "-",
+            Text(terminal_safe(site.get("stop_reason") or "-")),
         )
     if len(sites) > 1:
         table.add_section()
