@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import html5lib
 import pytest
@@ -102,3 +108,26 @@ def test_crawled_text_is_escaped(report):
     assert HOSTILE_TYPE in labels
     urls = [text_of(a) for a in root.iter(f"{HTML_NS}a")]
     assert "http://a.test/q?a=1&b='x'" in urls
+
+
+def test_rccrawler_serve_shows_the_report_of_a_crawl_without_search(report):
+    result, raw, _root = report
+    config = result.manager.settings.source
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    with subprocess.Popen(
+        [sys.executable, "-m", "rccrawler", "serve", "--config", str(config), "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env=env,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().split()[2]
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+                assert response.read().decode("utf-8") == raw
+            with pytest.raises(urllib.error.HTTPError) as missing:
+                urllib.request.urlopen(url + "elsewhere", timeout=10)
+            assert missing.value.code == 404
+            missing.value.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
