@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import test_crawl
+import test_linkcheck
 from crawling import CrawlResult, CrawlRunner
 from webserver import Resource
 
@@ -104,6 +105,9 @@ SCENARIOS = [
     pytest.param(test_crawl.test_crawl_delay_between_requests_to_one_host, id="delay"),
     pytest.param(test_crawl.test_in_flight_requests_never_exceed_the_host_limit, id="in-flight"),
     pytest.param(test_crawl.test_three_sites_at_once_each_get_their_own_graph, id="three-sites"),
+    pytest.param(
+        test_linkcheck.test_linkcheck_finds_every_broken_link_and_its_pages, id="linkcheck"
+    ),
 ]
 
 
