@@ -11,6 +11,7 @@ from webserver import Resource
 
 from rccrawler.sample_sites import generated_site, page_path
 
+pytestmark = pytest.mark.both_backends
 TEXT = (("Content-Type", "text/plain"),)
 JITTER = 0.025
 """Seconds by which the server's arrival stamps of two requests may drift apart."""

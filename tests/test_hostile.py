@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from webserver import Request, Resource
 
+pytestmark = pytest.mark.both_backends
 GARBAGE = os.urandom(64 * 1024)
 
 

@@ -1,4 +1,8 @@
-"""storage: postgresql:// (SPEC §9): the crawl rules hold, and several processes share one crawl."""
+"""storage: postgresql:// (SPEC §9): several processes share one crawl.
+
+The crawl rules themselves run on both backends in test_crawl.py, test_resume.py,
+test_hostile.py and test_search.py (the ``both_backends`` mark of conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import test_crawl
 from crawling import CrawlResult, CrawlRunner
+from test_crawl import JITTER
 from webserver import Resource
 
 from plugins.webgraph import WebGraphManager
@@ -23,28 +27,7 @@ from rccrawler.data.base import DataManager
 from rccrawler.sample_sites import generated_site
 from rccrawler.unloaders import host_file_stem
 
-psycopg = pytest.importorskip(
-    "psycopg", reason="psycopg is not installed (pip install .[postgres])"
-)
-
-PG_URL = "postgresql://127.0.0.1:5432/test"
 TESTS = Path(__file__).parent
-JITTER = test_crawl.JITTER
-
-
-def _reachable() -> bool:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=2) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error:
-        return False
-    return True
-
-
-# CI starts PostgreSQL (.ci/run): there an unreachable server fails the tests, never skips them.
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("CI") and not _reachable(), reason=f"PostgreSQL is not reachable at {PG_URL}"
-)
 
 
 class ShortLeaseManager(WebGraphManager):
@@ -59,56 +42,12 @@ class ShortLeaseManager(WebGraphManager):
         return data
 
 
-class PostgresRunner(CrawlRunner):
-    """CrawlRunner whose settings keep the crawl in PostgreSQL; drops its schemas after."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.schemas: set[str] = set()
-
-    def settings_file(self, sites: list[str], resolve: dict[str, str], **options: Any) -> Path:
-        options.setdefault("storage", PG_URL)
-        path = super().settings_file(sites, resolve, **options)
-        from rccrawler.data.postgres import schema_for
-        from rccrawler.manager import load_settings
-
-        self.schemas.add(schema_for(str(load_settings(path)[1].state_dir)))
-        return path
-
-    def drop(self) -> None:
-        from rccrawler.data.postgres import PostgresDataManager
-
-        for schema in self.schemas:
-            PostgresDataManager.drop(PG_URL, schema)
-
-
 @pytest.fixture
-def pg_crawler(tmp_path: Path):
-    runner = PostgresRunner(tmp_path / "pg")
+def pg_crawler(tmp_path: Path, postgresql: str) -> Iterator[CrawlRunner]:
+    """A CrawlRunner whose crawls live in PostgreSQL (skipped if it is unreachable, not in CI)."""
+    runner = CrawlRunner(tmp_path / "pg", storage=postgresql)
     yield runner
-    runner.drop()
-
-
-SCENARIOS = [
-    pytest.param(lambda s, c: test_crawl.test_breadth_first_order_by_level(s, c, 1), id="bfs-1"),
-    pytest.param(lambda s, c: test_crawl.test_breadth_first_order_by_level(s, c, 6), id="bfs-6"),
-    pytest.param(test_crawl.test_only_internal_http_links_are_followed, id="internal"),
-    pytest.param(test_crawl.test_redirects_replace_the_page_url, id="redirects"),
-    pytest.param(test_crawl.test_redirect_loops_and_long_chains_end_in_error, id="loops"),
-    pytest.param(test_crawl.test_identical_pages_collapse_and_arcs_point_to_the_first, id="dups"),
-    pytest.param(test_crawl.test_every_spelling_of_a_url_is_fetched_once, id="spellings"),
-    pytest.param(test_crawl.test_max_pages_holds, id="max_pages"),
-    pytest.param(test_crawl.test_robots_disallowed_urls_are_never_requested, id="robots"),
-    pytest.param(test_crawl.test_robots_503_means_nothing_else_is_requested, id="robots-503"),
-    pytest.param(test_crawl.test_crawl_delay_between_requests_to_one_host, id="delay"),
-    pytest.param(test_crawl.test_in_flight_requests_never_exceed_the_host_limit, id="in-flight"),
-    pytest.param(test_crawl.test_three_sites_at_once_each_get_their_own_graph, id="three-sites"),
-]
-
-
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_crawl_rules_hold_on_postgresql(serve, pg_crawler, scenario):
-    scenario(serve, pg_crawler)
+    runner.discard()
 
 
 # -- several worker processes -----------------------------------------------------------
