@@ -42,9 +42,9 @@ def run(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedP
     proc = spawn(config, *args)
     try:
         out, err = proc.communicate(timeout=timeout)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+    except BaseException:
+        kill9(proc)  # and reap it: a failed test leaves no crawl running behind it
+        raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
