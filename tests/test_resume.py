@@ -155,6 +155,11 @@ def test_sigterm_stops_cleanly_and_resume_repeats_nothing(serve, tmp_path, small
     assert len(read_graph(tmp_path / "output")[0]) == 800
 
 
+@pytest.mark.xfail_on_postgresql(
+    reason="issue 10: `status`/`stop` re-run the schema DDL on a live crawl and can deadlock "
+    "the running worker, which exits 2 (about 1 run in 8 on a loaded machine)",
+    strict=False,
+)
 def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_site, crawler):
     server = serve({"a.test": small_site})
     # A small delay keeps the crawl running while `status` and `stop` start up.
