@@ -246,11 +246,11 @@ def status_command(config: str, *, as_json: bool) -> int:
         where = settings.storage if is_shared(settings) else settings.state_dir
         print(f"no saved crawl in {where}")
         return EXIT_FAILED
-    # Workers on shared storage hold no lock file; leased pages tell (below).
-    running = not is_shared(settings) and state_in_use(settings.state_dir)
     with open_storage(settings) as data:
         stats = data.statistics()
-    running = running or any(h.running for h in stats.hosts)
+        # SQLite: the state lock is held; PostgreSQL: a worker's advisory lock is.
+        running = data.live_workers() > 0 if is_shared(settings) else (
+            state_in_use(settings.state_dir))  # fmt: skip
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
     rows = [
         {

@@ -1,17 +1,61 @@
-"""Helpers to run a crawl against the loopback server and read what it wrote."""
+"""Helpers to run a crawl against the loopback server and read what it wrote.
+
+A crawl runs on either storage backend: ``CrawlRunner(root, storage=PG_URL)`` keeps it in
+PostgreSQL, each runner as its own crawl, dropped again by :meth:`CrawlRunner.discard`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import dataclasses
+import functools
 import json
+import os
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import pytest
 import yaml
 
+from rccrawler.config import Settings
+from rccrawler.data.base import DataManager
+from rccrawler.data.storage import discard_storage, is_shared, open_storage
 from rccrawler.manager import ApplicationManager, load_settings
 from rccrawler.unloaders import host_file_stem
+
+PG_URL = "postgresql://127.0.0.1:5432/test"
+"""The PostgreSQL of the tests (trust auth); CI starts it (.ci/run)."""
+
+
+@functools.cache
+def postgresql_reachable() -> bool:
+    """Whether PG_URL answers (asked once per test session)."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def require_postgresql() -> str:
+    """PG_URL, or skip the test when it is unreachable.
+
+    CI starts PostgreSQL (.ci/run): with ``CI`` set an unreachable server fails the
+    tests, it never skips them.
+    """
+    if not os.environ.get("CI") and not postgresql_reachable():
+        pytest.skip(f"PostgreSQL is not reachable at {PG_URL}")
+    return PG_URL
 
 
 @dataclass
@@ -55,12 +99,27 @@ class CrawlResult:
 
 
 class CrawlRunner:
-    """Writes a settings.yaml under a folder and runs the crawl in this process."""
+    """Writes a settings.yaml under a folder and runs the crawl in this process.
 
-    def __init__(self, root: Path) -> None:
+    Args:
+        root: the folder of the settings files, state_dir and output_dir.
+        storage: the ``storage:`` setting of every crawl; with a postgresql:// URL the
+            runner's crawls are one crawl of their own (a unique ``name:`` once the
+            settings take one, a unique state_dir until then), which :meth:`discard`
+            drops.
+    """
+
+    def __init__(self, root: Path, storage: str = "sqlite") -> None:
         self.root = root
+        self.storage = storage
         self.count = 0
+        self.name = f"test-{uuid.uuid4().hex[:12]}"
+        self.written: list[Path] = []
         root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def on_postgresql(self) -> bool:
+        return self.storage != "sqlite"
 
     def settings_file(self, sites: list[str], resolve: dict[str, str], **options: Any) -> Path:
         self.count += 1
@@ -74,10 +133,24 @@ class CrawlRunner:
             "threads": {"downloading": 4, "parsing": 2},
             "crawl": crawl,
         }
+        if self.on_postgresql:
+            raw["storage"] = self.storage
+            if "name" in {f.name for f in dataclasses.fields(Settings)}:
+                raw["name"] = self.name
         raw.update(options)
         path = self.root / f"settings{self.count}.yaml"
         path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        self.written.append(path)
         return path
+
+    def discard(self) -> None:
+        """Drop what this runner's crawls keep in PostgreSQL (as ``--fresh`` does)."""
+        if not self.on_postgresql:
+            return
+        for path in self.written:
+            _manager_cls, settings = load_settings(path)
+            if is_shared(settings):
+                discard_storage(settings)
 
     def run(self, sites: list[str], resolve: dict[str, str], **options: Any) -> CrawlResult:
         path = self.settings_file(sites, resolve, **options)
@@ -87,3 +160,27 @@ class CrawlRunner:
         report_path = settings.output_dir / "report.json"
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         return CrawlResult(finished, settings.output_dir, report, manager)
+
+
+@contextlib.contextmanager
+def open_state(config: Path) -> Iterator[DataManager]:
+    """The saved state of a stopped crawl, on its own backend, through the DataManager."""
+    manager_cls, settings = load_settings(config)
+    with open_storage(settings, task_tables=manager_cls.task_tables) as data:
+        yield data
+
+
+def page_states(config: Path, host: str = "a.test") -> dict[str, str]:
+    """Request path -> state of every page of ``host`` in a stopped crawl's state."""
+    with open_state(config) as data:
+        return {urlsplit(page.url).path: str(page.state) for page in data.iter_pages(host)}
+
+
+def state_snapshot(config: Path) -> list[object]:
+    """Everything a stopped crawl's state holds, to compare before and after a refused run."""
+    with open_state(config) as data:
+        rows: list[object] = []
+        for host in data.hosts():
+            rows += [host, *data.iter_pages(host.host), *data.iter_arcs(host.host),
+                     *data.iter_skipped(host.host)]  # fmt: skip
+        return rows

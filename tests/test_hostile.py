@@ -23,6 +23,7 @@ from rccrawler.manager import load_settings
 from rccrawler.unloaders import MAX_STEM_BYTES, host_file_stem
 from rccrawler.urls import named_authorities, own_request_block
 
+pytestmark = pytest.mark.both_backends
 GARBAGE = os.urandom(64 * 1024)
 
 

@@ -7,7 +7,6 @@ import uuid
 
 import psycopg
 import yaml
-from test_postgres import PG_URL, needs_postgres
 from webserver import Resource
 
 from plugins.search import SearchManager
@@ -15,10 +14,10 @@ from rccrawler.data.postgres import DEFAULT_PARTITIONS, schema_for
 from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
 
-pytestmark = needs_postgres
 
-
-def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(serve, tmp_path):
+def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(
+    serve, tmp_path, postgresql
+):
     words = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel"]
     site = {"/": Resource(b"".join(b"<a href='/%d'>x</a>" % n for n in range(len(words))))}
     for n, word in enumerate(words):
@@ -27,7 +26,7 @@ def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(serve, t
     name = f"partitions-{uuid.uuid4().hex}"
     config = tmp_path / "settings.yaml"
     config.write_text(yaml.safe_dump({
-        "manager": "plugins.search.SearchManager", "sites": ["s.test"], "storage": PG_URL,
+        "manager": "plugins.search.SearchManager", "sites": ["s.test"], "storage": postgresql,
         "name": name, "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
         "crawl": {"crawl_delay_ms": 0, "resolve": server.resolve},
     }))  # fmt: skip
@@ -38,7 +37,7 @@ def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(serve, t
             "http://s.test/2"
         ]
         schema = schema_for(name)
-        with psycopg.connect(PG_URL) as conn:
+        with psycopg.connect(postgresql) as conn:
             conn.execute(f"SET search_path TO {schema}")
             kind, strategy = conn.execute(
                 "SELECT c.relkind, p.partstrat FROM pg_class c JOIN pg_partitioned_table p "

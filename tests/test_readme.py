@@ -11,15 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_postgres import PG_URL, needs_postgres
 from webserver import Resource
 
 README = Path(__file__).parent.parent / "README.md"
 
 
-@pytest.mark.parametrize(
-    "storage", ["sqlite", pytest.param(PG_URL, marks=needs_postgres, id="postgresql")]
-)
+@pytest.mark.both_backends
 def test_the_readme_task_example_keeps_and_reads_its_own_results(serve, tmp_path, storage):
     code = re.search(r"```python\n(# mytask\.py\n.*?)```", README.read_text(), re.S)
     assert code, "the README lost its task example"
@@ -50,4 +47,4 @@ def test_the_readme_task_example_keeps_and_reads_its_own_results(serve, tmp_path
         if storage != "sqlite":
             from rccrawler.data.postgres import PostgresDataManager, schema_for
 
-            PostgresDataManager.drop(PG_URL, schema_for(name))
+            PostgresDataManager.drop(storage, schema_for(name))

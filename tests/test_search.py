@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from crawling import CrawlRunner
 from webserver import Resource
 
 from plugins.search import SearchManager, TextProcessor
@@ -21,6 +22,7 @@ from plugins.search.query import QueryError, tokenize
 from rccrawler.exceptions import ConfigError
 from rccrawler.manager import load_settings
 
+pytestmark = pytest.mark.both_backends
 HOST = "s.test"
 BASE = f"http://{HOST}"
 MANAGER = "plugins.search.SearchManager"
@@ -334,3 +336,31 @@ def test_cli_serve_answers_and_other_tasks_refuse(indexed, tmp_path):
     webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(tmp_path)}))
     done = _cli("serve", "--config", str(webgraph), "--port", "0")
     assert done.returncode == 2 and "has no search page" in done.stderr
+
+
+# -- the same hits on every storage backend --------------------------------------
+
+SAME_HITS_QUERIES = [
+    "apple", "apple OR pie", "pie NOT apple", "app*", '"apple pie"', "(banana OR orange) juice",
+    "zebra", "giraffe", "okapi", "kangaroo OR report", "cars", "baking", "orchard",
+]  # fmt: skip
+
+
+def test_both_backends_give_the_same_hits(serve, tmp_path, postgresql):
+    server = serve({HOST: {"/": INDEX, **CORPUS}})
+    hits = {}
+    for name, storage in (("sqlite", "sqlite"), ("postgresql", postgresql)):
+        runner = CrawlRunner(tmp_path / name, storage=storage)
+        try:
+            settings = runner.run([HOST], server.resolve, manager=MANAGER).manager.settings
+            hits[name] = {q: SearchManager.search(settings, q, limit=100)
+                          for q in SAME_HITS_QUERIES}  # fmt: skip
+        finally:
+            runner.discard()
+    assert sum(len(found or []) for found in hits["sqlite"].values()) >= 20
+    for query in SAME_HITS_QUERIES:
+        sqlite_hits, pg_hits = hits["sqlite"][query] or [], hits["postgresql"][query] or []
+        assert [(h["url"], h["title"], h["summary"]) for h in pg_hits] == [
+            (h["url"], h["title"], h["summary"]) for h in sqlite_hits
+        ], query
+        assert [h["score"] for h in pg_hits] == pytest.approx([h["score"] for h in sqlite_hits])

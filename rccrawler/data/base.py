@@ -198,6 +198,11 @@ class DataManager(ABC):
         """Whether a stop was requested after this DataManager was opened."""
         return False
 
+    def live_workers(self) -> int:
+        """Processes working on this crawl right now, as the storage can tell (0 when it
+        cannot: a SQLite crawl is known to run by its state lock, not its storage)."""
+        return 0
+
     def try_elect(self, role: str) -> bool:
         """Whether this process is the one to do ``role`` (writing the output files) among
         all the processes of the crawl. True by default: a crawl of one process."""

@@ -485,6 +485,9 @@ class PostgresDataManager(SQLDataManager):
             self._wake_downloaders = 1 << 16
         return moved
 
+    def live_workers(self) -> int:
+        return sum(1 for *_rest, alive in self.workers() if alive)
+
     def workers(self) -> list[tuple[str, str, int, bool]]:
         """(owner, machine, pid, alive) of every worker that joined and did not leave."""
         with self._atomic() as cur:
