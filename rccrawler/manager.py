@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import time
 from http.cookiejar import LWPCookieJar
@@ -18,9 +17,10 @@ from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
-from rccrawler.loading import dotted_path, load_class
+from rccrawler.loading import dotted_path, importable_beside, load_class
 from rccrawler.memory import tune_malloc
 from rccrawler.records import HostData
+from rccrawler.runlog import RunLog
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
@@ -60,6 +60,7 @@ def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]
     """
     path = Path(path)
     raw = read_settings_file(path)
+    importable_beside(path)
     manager_path = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
     manager_cls = load_class("manager", manager_path, ApplicationManager)
     settings = settings_from_mapping(
@@ -103,6 +104,10 @@ class ApplicationManager:
         self.stop_reason = ""
         self.finished = False
         self.report: dict[str, Any] = {}
+        self.failed_sites: dict[str, str] = {}
+        """Sites of a finished crawl that fetched nothing, with why (exit code 1)."""
+        self.unload_failures: list[str] = []
+        """Unloaders that raised (their class names): the crawl's exit code says so."""
         self.view: Any = None
         """The live status view when one is shown (set by the command line)."""
         self.threads: list[CrawlerThread] = []
@@ -225,7 +230,10 @@ class ApplicationManager:
         """Take the state_dir lock, so a second process on the same state refuses to start.
 
         PostgreSQL storage is shared by design (SPEC §9): no exclusive lock then.
+        Taking it again while held (``--fresh`` took it before ``run``) is a no-op.
         """
+        if self._lock_handle is not None:
+            return
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             if self.settings.storage != "sqlite":
@@ -351,6 +359,8 @@ class ApplicationManager:
         tune_malloc()
         self.open()
         self._started = time.monotonic()
+        run_log = RunLog(self.state_dir)
+        run_log.begin()
         try:
             self.threads = self.create_threads()
             for thread in self.threads:
@@ -364,9 +374,11 @@ class ApplicationManager:
             self._ended = time.monotonic()
             self.save_cookies()
             if self.finished:
+                self.failed_sites = self.finisher.failed_sites(self.data.statistics())
                 self.unload()
             return self.finished
         finally:
+            run_log.end()
             self.fetcher.close()
             self.data.close()
             self.stop_file.unlink(missing_ok=True)
@@ -416,23 +428,18 @@ class ApplicationManager:
 
     def unload(self) -> None:
         """Run every ResultUnloader; a failing one is logged and the others still run."""
-        self.settings.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.settings.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            logger.error("cannot write the output directory %s: %s", self.settings.output_dir, exc)
+            self.unload_failures.append("output_dir")
+            return
         for cls in self.unloader_classes:
             try:
                 files = cls(self).unload()
             except Exception:
                 logger.exception("unloader %s failed", cls.__name__)
+                self.unload_failures.append(cls.__name__)
                 continue
             for path in files:
                 logger.info("wrote %s", path)
-
-    @classmethod
-    def fresh(cls, settings: Settings) -> None:
-        """Discard the saved state of these settings (and their output)."""
-        cls.discard_state(settings.state_dir)
-        if settings.storage != "sqlite":
-            from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-            PostgresDataManager.drop(settings.storage, schema_for(str(settings.state_dir)))
-        if settings.output_dir.exists() and settings.output_dir.is_dir():
-            shutil.rmtree(settings.output_dir, ignore_errors=True)

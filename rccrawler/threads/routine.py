@@ -68,7 +68,10 @@ class RoutineThread(CrawlerThread):
             self.manager.request_stop("stop requested")
             return True
         if self._errors_seen is None:
-            self.warn_new_errors(self.data.statistics())  # the baseline
+            # The baseline: a resumed crawl's earlier runs are neither news nor speed.
+            first = self.data.statistics()
+            self.warn_new_errors(first)
+            self._last_done, self._last_bytes = first.pages_done, first.bytes
         now = time.monotonic()
         view: StatusSink | None = self.manager.view
         if view is not None:

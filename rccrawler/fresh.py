@@ -1,0 +1,123 @@
+"""What a crawl owns, and ``--fresh``: discard exactly that, and only when nobody uses it.
+
+A crawl owns its saved state (the storage backend's files or schema, the cookie jar,
+the stop request) and the output files its unloaders declare
+(:attr:`rccrawler.unloaders.ResultUnloader.output_names`). Everything else in
+``output_dir`` and ``state_dir`` belongs to the user and is never touched: an
+``output_dir: .`` beside ``settings.yaml`` keeps the settings and the user's notes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from rccrawler.unloaders import ResultUnloader, host_file_stem
+from rccrawler.urls import host_of
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rccrawler.config import Settings
+    from rccrawler.data.base import DataManager
+    from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger(__name__)
+
+
+def discard_stored_state(manager_cls: type[ApplicationManager], settings: Settings) -> None:
+    """Remove the crawl's saved state from its storage backend (``--fresh``).
+
+    The one place that knows how each backend forgets a crawl: the SQLite files and
+    the cookie jar in ``state_dir``, or the crawl's PostgreSQL schema. The caller holds
+    the state lock (SQLite), so no running crawl loses its files.
+    """
+    manager_cls.discard_state(settings.state_dir)
+    if settings.storage != "sqlite":
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        PostgresDataManager.drop(settings.storage, schema_for(str(settings.state_dir)))
+
+
+def open_saved_state(
+    manager_cls: type[ApplicationManager], settings: Settings
+) -> DataManager | None:
+    """The saved state of these settings, opened read-only (a running crawl goes on
+    undisturbed); None when no crawl saved one. The caller closes it."""
+    from rccrawler.manager import STATE_FILE
+
+    data: DataManager
+    if settings.storage == "sqlite":
+        path = settings.state_dir / STATE_FILE
+        if not path.exists():
+            return None
+        data = manager_cls.sqlite_data_manager_cls(path, read_only=True)
+    else:
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        schema = schema_for(str(settings.state_dir))
+        if not PostgresDataManager.exists(settings.storage, schema):
+            return None
+        data = PostgresDataManager(settings.storage, schema)
+    data.open()
+    return data
+
+
+def crawl_hosts(manager_cls: type[ApplicationManager], settings: Settings) -> set[str]:
+    """Every site host the crawl has written files for: those of the settings, and
+    those of the saved state (a site removed from ``sites:`` since still has files)."""
+    hosts = {host_of(site) for site in settings.sites}
+    try:
+        data = open_saved_state(manager_cls, settings)
+    except Exception as exc:  # an unreadable state still lets --fresh discard it
+        logger.debug("saved state unreadable: %s", exc)
+        return hosts
+    if data is not None:
+        try:
+            hosts.update(host.host for host in data.hosts())
+        finally:
+            data.close()
+    return hosts
+
+
+def owned_output_files(
+    unloaders: tuple[type[ResultUnloader], ...], output_dir: Path, hosts: set[str]
+) -> list[Path]:
+    """The files in ``output_dir`` that these unloaders write for these hosts, as they
+    are on disk now (patterns expanded), with the temporary files a crash left."""
+    names: set[str] = set()
+    for cls in unloaders:
+        for pattern in cls.output_names:
+            if "{stem}" in pattern:
+                names.update(pattern.format(stem=host_file_stem(host)) for host in hosts)
+            else:
+                names.add(pattern)
+    if not output_dir.is_dir():
+        return []
+    found: set[Path] = set()
+    for name in names:
+        # A name may be a glob (e.g. "{stem}.*.warc.gz"); atomic_write's leftovers are
+        # ".<name>.<random>".
+        for pattern in (name, f".{name}.*"):
+            found.update(p for p in output_dir.glob(pattern) if p.is_file() or p.is_symlink())
+    return sorted(found)
+
+
+def start_fresh(manager: ApplicationManager) -> list[Path]:
+    """Discard what this crawl owns before it runs (``--fresh``).
+
+    Takes the state lock first, so a crawl that is running is refused (StateError)
+    before anything changes; the lock stays held for the run that follows.
+
+    Returns:
+        The output files removed.
+    """
+    manager.lock_state()
+    cls, settings = type(manager), manager.settings
+    hosts = crawl_hosts(cls, settings)
+    removed = owned_output_files(manager.unloader_classes, settings.output_dir, hosts)
+    discard_stored_state(cls, settings)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    logger.info("--fresh: saved state discarded, %d output files removed", len(removed))
+    return removed
