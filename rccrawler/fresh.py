@@ -1,7 +1,7 @@
 """What a crawl owns, and ``--fresh``: discard exactly that, and only when nobody uses it.
 
 A crawl owns its saved state (the storage backend's files or schema, the cookie jar,
-the stop request) and the output files its unloaders declare
+the stop request, the run log) and the output files its unloaders declare
 (:attr:`rccrawler.unloaders.ResultUnloader.output_names`). Everything else in
 ``output_dir`` and ``state_dir`` belongs to the user and is never touched: an
 ``output_dir: .`` beside ``settings.yaml`` keeps the settings and the user's notes.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from rccrawler.runlog import RunLog
 from rccrawler.unloaders import ResultUnloader, host_file_stem
 from rccrawler.urls import host_of
 
@@ -117,6 +118,7 @@ def start_fresh(manager: ApplicationManager) -> list[Path]:
     hosts = crawl_hosts(cls, settings)
     removed = owned_output_files(manager.unloader_classes, settings.output_dir, hosts)
     discard_stored_state(cls, settings)
+    RunLog(settings.state_dir).discard()
     for path in removed:
         path.unlink(missing_ok=True)
     logger.info("--fresh: saved state discarded, %d output files removed", len(removed))

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from webserver import Resource
+from webserver import Resource, redirect
 
 from rccrawler import __version__
 from rccrawler.runlog import RunLog
@@ -395,8 +395,9 @@ def counting_site() -> dict[str, Resource]:
             b"<title>%d</title><a href='/'>home</a><a href='#top'>top</a>" % i
         )
     site["/p/1"] = Resource(site["/p/1"].body + b"<a href='/gone'>g</a><a href='/copy'>c</a>"
-                            b"<a href='/image'>i</a>")  # fmt: skip
+                            b"<a href='/image'>i</a><a href='/loop'>l</a>")  # fmt: skip
     site["/gone"] = Resource(b"gone", 404)
+    site["/loop"] = redirect("/loop")
     site["/copy"] = site["/p/2"]  # byte-identical, found a level deeper: the duplicate
     site["/image"] = Resource(b"GIF89a", headers=(("Content-Type", "image/gif"),))
     return site
@@ -431,8 +432,11 @@ def test_every_view_of_the_counts_agrees_after_errors_duplicates_and_a_resume(se
         row["done"] == figures["pages_done"] == len(originals) == status["pages_done"] == PAGES + 1
     )
     assert row["duplicates"] == figures["duplicates"] == len(duplicates) == 1
-    assert row["errors"] == figures["errors"] == 1
-    assert row["errors_by_kind"] == figures["errors_by_kind"] == {"http_404": 1}
+    assert row["errors"] == figures["errors"] == 2
+    assert row["errors_by_kind"] == figures["errors_by_kind"] == {"http_404": 1,
+                                                                  "redirect_loop": 1}  # fmt: skip
+    failed = [r for r in skipped if r["reason"] in ("error", "redirect_loop")]
+    assert len(failed) == figures["errors"]
     assert figures["skipped"] == len(skipped) == sum(figures["skipped_by_reason"].values())
     assert figures["skipped_by_reason"]["error"] == 1
     assert figures["skipped_by_reason"]["not_html"] == 1
@@ -454,7 +458,7 @@ def test_every_view_of_the_counts_agrees_after_errors_duplicates_and_a_resume(se
     )
     assert {t for s, t in arcs if s == int(one["id"])} == {ids["http://a.test/"],
                                                           ids["http://a.test/p/2"]}  # fmt: skip
-    assert int(one["out_degree"]) == 2  # not /gone (404), /image (not HTML) or #top
+    assert int(one["out_degree"]) == 2  # not /gone (404), /image (not HTML), /loop or #top
     assert figures["self_links"] == PAGES
     # The site's elapsed time lies within the runs' time, stopped time left out.
     assert 0 < figures["elapsed_s"] <= report["elapsed_s"]

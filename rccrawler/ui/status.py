@@ -486,7 +486,7 @@ def report_table(report: Mapping[str, Any]) -> Table:
         padding=(0, 1, 0, 0),
     )
     table.add_column("site", no_wrap=True)
-    for name in ("pages", "errors", "dups", "skipped"):
+    for name in ("done", "errors", "dups", "skipped"):
         table.add_column(name, justify="right")
     table.add_column("errors by kind")
     table.add_column("bytes", justify="right", no_wrap=True)
