@@ -422,8 +422,8 @@ def test_hosts_stay_readable_at_80_columns():
     """Hosts that differ only by port, or only at their ends, stay apart on a narrow
     terminal: the middle gives way, the port stays whole."""
     view = StatusView(downloading_threads=4, parsing_threads=2, clock=MockClock())
-    names = ("127.0.0.1:8081", "127.0.0.1:8082",
-             "one.very-long-subdomain.example.org:8443", "two.very-long-subdomain.example.org:8443")  # fmt: skip
+    long = "very-long-subdomain.example.org:8443"
+    names = ("127.0.0.1:8081", "127.0.0.1:8082", f"one.{long}", f"two.{long}")
     view.update(snapshot(*(host(name, done=5, waiting=3) for name in names)))
     screen = render(view, width=80)
     assert all(len(line) <= 80 for line in screen.splitlines())
