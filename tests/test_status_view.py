@@ -204,7 +204,8 @@ def test_plain_log_lines_when_stdout_is_a_pipe(serve, tmp_path):
     assert log and all(TIMESTAMP.match(line) for line in log), proc.stderr
     progress = [line for line in log if "progress:" in line]
     assert progress, proc.stderr
-    assert re.search(r"progress: \d+ pages done, \d+ queued, \d+ errors, \d/3 sites crawling, "
+    assert re.search(r"progress: \d+ done, \d+ duplicates, \d+ queued, \d+ errors, \d/3 sites "
+                     r"crawling, "
                      r"[\d.]+ pages/s, [\d.]+ MB/s", progress[0])  # fmt: skip
     assert any("WARNING" in line and "b.test: 1 page failed with redirect_loop" in line
                for line in log)  # fmt: skip
@@ -438,3 +439,14 @@ def test_shorten_middle_keeps_the_port():
     assert shorten_middle("docs.example.org:8080", 12) == "doc…org:8080"
     assert len(shorten_middle("docs.example.org:8080", 12)) == 12
     assert shorten_middle("docs.example.org", 9) == "docs….org"
+
+
+def test_pages_per_second_after_a_resume_counts_only_this_run(caplog):
+    routine = RoutineThread.__new__(RoutineThread)  # only the bookkeeping, no crawl
+    routine._errors_seen = None
+    routine._last_progress = 100.0
+    routine.take_baseline(snapshot(host("a.test", done=500, bytes=5_000_000)))  # earlier runs
+    with caplog.at_level(logging.INFO, logger="rccrawler.threads.routine"):
+        routine.log_progress(snapshot(host("a.test", done=550, bytes=6_000_000)), now=110.0)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "550 done, 0 duplicates" in line and "5.0 pages/s, 0.10 MB/s" in line
