@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from rccrawler.config import Settings
-    from rccrawler.data.base import DataManager
     from rccrawler.data.postgres import PostgresDataManager
     from rccrawler.manager import ApplicationManager
 
@@ -383,25 +382,18 @@ def stop_command(config: str) -> int:
 
 
 def status_command(config: str, *, as_json: bool) -> int:
-    from rccrawler.data.sqlite import SQLiteDataManager
-    from rccrawler.manager import STATE_FILE, load_settings, state_in_use
+    from rccrawler.fresh import open_saved_state
+    from rccrawler.manager import load_settings, state_in_use
 
-    _cls, settings = load_settings(config)
-    data: DataManager | None
-    if settings.storage == "sqlite":
-        path = settings.state_dir / STATE_FILE
-        if not path.exists():
-            print(f"no saved crawl in {settings.state_dir}")
-            return EXIT_FAILED
-        running = state_in_use(settings.state_dir)
-        data = SQLiteDataManager(path, read_only=True)
-    else:
-        data = saved_postgres_state(settings)
-        if data is None:
-            print(f"no saved crawl for {settings.state_dir} in {settings.storage}")
-            return EXIT_FAILED
-        running = False  # workers hold no lock file; leased pages tell (below)
-    data.open()
+    manager_cls, settings = load_settings(config)
+    data = open_saved_state(manager_cls, settings)
+    if data is None:
+        sqlite = settings.storage == "sqlite"
+        print(f"no saved crawl in {settings.state_dir}" if sqlite
+              else f"no saved crawl for {settings.state_dir} in {settings.storage}")  # fmt: skip
+        return EXIT_FAILED
+    # PostgreSQL workers hold no lock file: their leased pages tell (below).
+    running = settings.storage == "sqlite" and state_in_use(settings.state_dir)
     try:
         stats = data.statistics()
     finally:
