@@ -35,7 +35,7 @@ EXIT_INTERRUPTED = 130
 RESUME_MESSAGE = "stopped: run the same command to resume"
 COMMANDS = ("crawl", "export", "stop", "status", "search", "words", "serve", "demo")
 EXIT_CODES = """exit codes:
-  0    the crawl ran and every site fetched something
+  0    the crawl ran and every site fetched something (or it was stopped, to resume)
   1    some site failed entirely (unreachable, robots.txt 5xx) or writing output failed
   2    usage, settings or state error (nothing crawled or written)
   130  interrupted twice (Ctrl-C, Ctrl-C)"""
