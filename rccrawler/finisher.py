@@ -39,7 +39,8 @@ class ApplicationFinisher:
         return all(self.site_stop_reason(host) is not None for host in stats.hosts)
 
     def site_failure(self, stats: HostStats) -> str | None:
-        """Why this site failed entirely, or None when the server answered something.
+        """Why this site failed entirely, or None when the server answered something
+        (or the site's crawl is not over yet).
 
         A site fails entirely when no request of it got an HTTP answer: unreachable,
         refused, a name that does not resolve, robots.txt 5xx... Its stop reason or its
@@ -49,6 +50,8 @@ class ApplicationFinisher:
         answered = any(kind.startswith("http_") for kind, _n in stats.errors_by_kind)
         if stats.done or stats.duplicates or stats.bytes or answered:
             return None
+        if self.site_stop_reason(stats) is None:
+            return None  # still going: it may fetch something yet
         if stats.stop_reason.startswith(BLOCKED_BY_ROBOTS):
             return stats.stop_reason
         kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind)
