@@ -6,7 +6,8 @@ and the records that threads exchange through the DataManager.
 
 from __future__ import annotations
 
-from rccrawler.data.base import DataManager
+from rccrawler.data.base import DataManager, TaskRows
+from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import (
     ConfigError,
     FetchError,
@@ -55,6 +56,8 @@ __all__ = [
     "SkipReason",
     "StateError",
     "StopCrawl",
+    "TaskRows",
+    "TaskTable",
     "__version__",
     "load_settings",
 ]

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from types import FrameType
 
     from rccrawler.config import Settings
-    from rccrawler.data.postgres import PostgresDataManager
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger("rccrawler")
@@ -345,33 +344,20 @@ def print_summary(
     print(f"results in {manager.settings.output_dir}")
 
 
-def saved_postgres_state(settings: Settings) -> PostgresDataManager | None:
-    """The PostgreSQL state of these settings, unopened; None when no crawl saved one."""
-    from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-    schema = schema_for(str(settings.state_dir))
-    if not PostgresDataManager.exists(settings.storage, schema):
-        return None
-    return PostgresDataManager(settings.storage, schema)
-
-
 def stop_command(config: str) -> int:
+    from rccrawler.data.storage import is_shared, open_storage, state_exists
     from rccrawler.manager import STOP_FILE, load_settings, state_in_use
 
     _cls, settings = load_settings(config)
-    if settings.storage != "sqlite":
+    if is_shared(settings):
         # Workers may run on other machines: the request goes through the database.
-        shared = saved_postgres_state(settings)
-        if shared is None:
-            print(f"rccrawler stop: no crawl for {settings.state_dir} in {settings.storage}",
+        if not state_exists(settings):
+            print(f"rccrawler stop: no crawl {settings.crawl_name} in {settings.storage}",
                   file=sys.stderr)  # fmt: skip
             return EXIT_FAILED
-        shared.open()
-        try:
+        with open_storage(settings) as shared:
             shared.request_stop()
-        finally:
-            shared.close()
-        print(f"stop requested for every worker of the crawl {settings.state_dir}")
+        print(f"stop requested for every worker of the crawl {settings.crawl_name}")
         return EXIT_OK
     if not state_in_use(settings.state_dir):
         print(f"rccrawler stop: no crawl is running in {settings.state_dir}", file=sys.stderr)
@@ -382,22 +368,18 @@ def stop_command(config: str) -> int:
 
 
 def status_command(config: str, *, as_json: bool) -> int:
-    from rccrawler.fresh import open_saved_state
+    from rccrawler.data.storage import is_shared, open_storage, state_exists
     from rccrawler.manager import load_settings, state_in_use
 
-    manager_cls, settings = load_settings(config)
-    data = open_saved_state(manager_cls, settings)
-    if data is None:
-        sqlite = settings.storage == "sqlite"
-        print(f"no saved crawl in {settings.state_dir}" if sqlite
-              else f"no saved crawl for {settings.state_dir} in {settings.storage}")  # fmt: skip
+    _cls, settings = load_settings(config)
+    if not state_exists(settings):
+        where = settings.storage if is_shared(settings) else settings.state_dir
+        print(f"no saved crawl in {where}")
         return EXIT_FAILED
-    # PostgreSQL workers hold no lock file: their leased pages tell (below).
-    running = settings.storage == "sqlite" and state_in_use(settings.state_dir)
-    try:
+    # Workers on shared storage hold no lock file; leased pages tell (below).
+    running = not is_shared(settings) and state_in_use(settings.state_dir)
+    with open_storage(settings) as data:
         stats = data.statistics()
-    finally:
-        data.close()
     running = running or any(h.running for h in stats.hosts)
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
     # The figures of report.json under the same names (README, "What it writes").
@@ -464,25 +446,21 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
 def export_command(config: str) -> int:
     """Write the output files of a stopped or running crawl from its saved state, read
     the way ``status`` reads it: a running crawl goes on undisturbed."""
-    from rccrawler.fresh import open_saved_state
+    from rccrawler.data.storage import is_shared, open_storage
     from rccrawler.manager import load_settings, state_in_use
 
     manager_cls, settings = load_settings(config)
     manager = manager_cls(settings)
-    data = open_saved_state(manager_cls, settings)
-    if data is None:
-        raise StateError(f"no saved crawl in {settings.state_dir}: run the crawl first")
-    manager.data = data
     try:
-        stats = data.statistics()
-        manager.finished = manager.finisher.crawl_finished(stats)
-        running = settings.storage == "sqlite" and state_in_use(settings.state_dir)
-        manager.stop_reason = (
-            "finished" if manager.finished else "running" if running else "stopped"
-        )
-        manager.unload()
+        with open_storage(settings, task_tables=manager_cls.task_tables) as data:
+            manager.data = data
+            manager.finished = manager.finisher.crawl_finished(data.statistics())
+            running = not is_shared(settings) and state_in_use(settings.state_dir)
+            manager.stop_reason = (
+                "finished" if manager.finished else "running" if running else "stopped"
+            )
+            manager.unload()
     finally:
-        data.close()
         manager.fetcher.close()
     if manager.unload_failures:
         failures = ", ".join(manager.unload_failures)

@@ -71,6 +71,14 @@ class Settings:
     """Extra top-level sections that the manager class declares (e.g. ``search:``)."""
     source: Path | None = None
     """The file these settings came from."""
+    name: str = ""
+    """The crawl's identity in shared storage (SPEC §9); empty means its state_dir."""
+
+    @property
+    def crawl_name(self) -> str:
+        """The crawl's identity: ``name:``, else the absolute state_dir (so ``~/x`` and
+        its absolute spelling are one crawl, and two projects' ``state/x`` are two)."""
+        return self.name or str(self.state_dir.expanduser().resolve())
 
 
 # key -> (type check, description) tables; a type list allows several.
@@ -98,7 +106,7 @@ _CRAWL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 
 _TOP_KEYS = {
     "manager", "sites", "state_dir", "output_dir", "threads", "crawl", "storage", "parser",
-    "downloading_thread", "parsing_thread", "routine_thread", "finisher", "unloaders",
+    "downloading_thread", "parsing_thread", "routine_thread", "finisher", "unloaders", "name",
 }  # fmt: skip
 
 
@@ -234,7 +242,11 @@ def settings_from_mapping(
     manager = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
     if not isinstance(manager, str):
         raise ConfigError("manager", "must be a dotted path string")
+    name = raw.get("name", "")
+    if not isinstance(name, str) or len(name) > 200 or any(ord(c) < 32 for c in name):
+        raise ConfigError("name", "must be a string of at most 200 printable characters")
     return Settings(
+        name=name,
         sites=_sites(raw.get("sites")),
         manager=manager,
         state_dir=_path("state_dir", raw.get("state_dir"), Path("state") / stem),

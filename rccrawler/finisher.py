@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rccrawler.data.rows import BLOCKED_BY_ROBOTS
+from rccrawler.policy import BLOCKED_BY_ROBOTS
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager

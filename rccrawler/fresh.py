@@ -20,64 +20,32 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from rccrawler.config import Settings
-    from rccrawler.data.base import DataManager
     from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger(__name__)
 
 
 def discard_stored_state(manager_cls: type[ApplicationManager], settings: Settings) -> None:
-    """Remove the crawl's saved state from its storage backend (``--fresh``).
+    """Remove the crawl's saved state (``--fresh``): its storage (SQLite files or
+    PostgreSQL schema), cookie jar and stop request, through the manager's one way.
 
-    The one place that knows how each backend forgets a crawl: the SQLite files and
-    the cookie jar in ``state_dir``, or the crawl's PostgreSQL schema. The caller holds
-    the state lock (SQLite), so no running crawl loses its files.
+    The caller holds the state lock (SQLite), so no running crawl loses its files.
     """
-    manager_cls.discard_state(settings.state_dir)
-    if settings.storage != "sqlite":
-        from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-        PostgresDataManager.drop(settings.storage, schema_for(str(settings.state_dir)))
-
-
-def open_saved_state(
-    manager_cls: type[ApplicationManager], settings: Settings
-) -> DataManager | None:
-    """The saved state of these settings, opened read-only (a running crawl goes on
-    undisturbed); None when no crawl saved one. The caller closes it."""
-    from rccrawler.manager import STATE_FILE
-
-    data: DataManager
-    if settings.storage == "sqlite":
-        path = settings.state_dir / STATE_FILE
-        if not path.exists():
-            return None
-        data = manager_cls.sqlite_data_manager_cls(path, read_only=True)
-    else:
-        from rccrawler.data.postgres import PostgresDataManager, schema_for
-
-        schema = schema_for(str(settings.state_dir))
-        if not PostgresDataManager.exists(settings.storage, schema):
-            return None
-        data = PostgresDataManager(settings.storage, schema)
-    data.open()
-    return data
+    manager_cls.discard_state(settings)
 
 
 def crawl_hosts(manager_cls: type[ApplicationManager], settings: Settings) -> set[str]:
     """Every site host the crawl has written files for: those of the settings, and
     those of the saved state (a site removed from ``sites:`` since still has files)."""
+    from rccrawler.data.storage import open_storage, state_exists
+
     hosts = {host_of(site) for site in settings.sites}
     try:
-        data = open_saved_state(manager_cls, settings)
+        if state_exists(settings):
+            with open_storage(settings, task_tables=manager_cls.task_tables) as data:
+                hosts.update(host.host for host in data.hosts())
     except Exception as exc:  # an unreadable state still lets --fresh discard it
         logger.debug("saved state unreadable: %s", exc)
-        return hosts
-    if data is not None:
-        try:
-            hosts.update(host.host for host in data.hosts())
-        finally:
-            data.close()
     return hosts
 
 

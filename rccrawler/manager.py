@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from rccrawler.config import Settings, read_settings_file, settings_from_mapping
-from rccrawler.data.base import DataManager
+from rccrawler.data.sql import SQLDataManager
 from rccrawler.data.sqlite import SQLiteDataManager
+from rccrawler.data.storage import create_storage, discard_storage, is_shared
+from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
@@ -32,7 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "crawl.sqlite3"
 LOCK_FILE = "lock"
 STOP_FILE = "stop.request"
 COOKIE_FILE = "cookies.txt"
@@ -88,6 +89,8 @@ class ApplicationManager:
     unloader_classes: tuple[type[ResultUnloader], ...] = (ReportUnloader,)
     sqlite_data_manager_cls: ClassVar[type[SQLiteDataManager]] = SQLiteDataManager
     """The DataManager of ``storage: sqlite`` (a subclass may change how it stores)."""
+    task_tables: ClassVar[tuple[TaskTable, ...]] = ()
+    """Tables this task keeps its per-page results in (see rccrawler.data.tables)."""
     sqlite_synchronous: ClassVar[str] = "NORMAL"
     """SQLite's synchronous mode: NORMAL survives a killed process, FULL a power cut too."""
     settings_sections: ClassVar[tuple[str, ...]] = ()
@@ -132,7 +135,7 @@ class ApplicationManager:
                 load_class(f"unloaders[{i}]", path, ResultUnloader)
                 for i, path in enumerate(settings.unloaders)
             )
-        self.data: DataManager = self.create_data_manager()
+        self.data: SQLDataManager = self.create_data_manager()
         self.finisher = self.finisher_cls(self)
         self.cookie_jar = LWPCookieJar(str(self.state_dir / COOKIE_FILE))
         self._cookie_save_lock = threading.Lock()
@@ -193,38 +196,22 @@ class ApplicationManager:
             return 0.0
         return (self._ended or time.monotonic()) - self._started
 
-    def create_data_manager(self) -> DataManager:
-        """The storage backend named by ``storage:`` (SQLite unless a postgresql:// URL)."""
-        crawl = self.settings.crawl
-        if self.settings.storage != "sqlite":
-            try:
-                from rccrawler.data.postgres import PostgresDataManager, schema_for
-            except ImportError as exc:
-                raise ConfigError(
-                    "storage", f"needs psycopg: pip install 'rccrawler[postgres]' ({exc})"
-                ) from exc
-            return PostgresDataManager(
-                self.settings.storage,
-                schema_for(str(self.state_dir)),
-                max_pages=crawl.max_pages,
-                max_download_attempts=crawl.max_download_attempts,
-                max_redirects=crawl.max_redirects,
-            )
-        return self.sqlite_data_manager_cls(
-            self.state_dir / STATE_FILE,
-            max_pages=crawl.max_pages,
-            max_download_attempts=crawl.max_download_attempts,
-            max_redirects=crawl.max_redirects,
+    def create_data_manager(self) -> SQLDataManager:
+        """The storage backend named by ``storage:``, with this task's tables."""
+        return create_storage(
+            self.settings,
+            task_tables=self.task_tables,
+            sqlite_cls=self.sqlite_data_manager_cls,
             synchronous=self.sqlite_synchronous,
         )
 
     # -- state -------------------------------------------------------------
     @staticmethod
-    def discard_state(state_dir: Path) -> None:
-        """Remove a saved crawl (``--fresh``)."""
-        for name in (STATE_FILE, f"{STATE_FILE}-wal", f"{STATE_FILE}-shm", COOKIE_FILE,
-                     f"{COOKIE_FILE}.tmp", STOP_FILE):  # fmt: skip
-            (state_dir / name).unlink(missing_ok=True)
+    def discard_state(settings: Settings) -> None:
+        """Remove a saved crawl (``--fresh``): its storage and the files beside it."""
+        discard_storage(settings)
+        for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
+            (settings.state_dir / name).unlink(missing_ok=True)
 
     def lock_state(self) -> None:
         """Take the state_dir lock, so a second process on the same state refuses to start.
@@ -236,7 +223,7 @@ class ApplicationManager:
             return
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            if self.settings.storage != "sqlite":
+            if is_shared(self.settings):
                 return
             handle = open(self.state_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
         except OSError as exc:
@@ -268,7 +255,7 @@ class ApplicationManager:
         try:
             self.stop_file.unlink(missing_ok=True)
             self.data.open()
-            self.data.check_identity(dotted_path(type(self)), self.settings.storage)
+            self.data.check_identity(dotted_path(type(self)))
             recovered = self.data.recover()
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)

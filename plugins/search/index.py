@@ -1,4 +1,4 @@
-"""The inverted index of the search task, in the crawl's own SQLite database (SPEC §7).
+"""The inverted index of the search task, in the crawl's own storage (SPEC §7).
 
 ``search_postings`` maps a keyword to the pages it occurs in with a weight (and
 its positions, for phrases); its ``page_id`` index maps a page to its keywords.
@@ -8,21 +8,19 @@ from __future__ import annotations
 
 import logging
 import math
-import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from plugins.search.content import Content, extract_content, media_type
-from rccrawler.data.sqlite import SQLiteDataManager
-from rccrawler.exceptions import StateError
+from plugins.search.content import Content
+from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from plugins.search.processing import TextProcessor
-    from rccrawler.records import DownloadResult
+    from rccrawler.data.base import DataManager, TaskRows
 
 logger = logging.getLogger(__name__)
 
@@ -41,20 +39,19 @@ FIELD_GAP = 100
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS search_docs (
-    page_id INTEGER PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS search_postings (
-    term TEXT NOT NULL, page_id INTEGER NOT NULL, weight REAL NOT NULL, positions TEXT NOT NULL,
-    PRIMARY KEY (term, page_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS search_postings_page ON search_postings (page_id);
-CREATE TABLE IF NOT EXISTS search_words (
-    word TEXT NOT NULL, page_id INTEGER NOT NULL, PRIMARY KEY (word, page_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS search_words_page ON search_words (page_id);
-"""
+DOCS = TaskTable("search_docs", (("url", "text"), ("title", "text"), ("summary", "text")))
+"""URL → its title and summary."""
+POSTINGS = TaskTable(
+    "search_postings",
+    (("term", "text"), ("weight", "float"), ("positions", "text")),
+    key=("term", "page_id"),
+    partition_by="term",
+)
+"""keyword → pages with weights and positions; hash-partitioned by keyword on PostgreSQL."""
+WORDS = TaskTable("search_words", (("word", "text"),), key=("word", "page_id"))
+"""Indexed words as written, for wildcards and ``rccrawler words``."""
+TABLES = (DOCS, POSTINGS, WORDS)
+"""The search task's tables, kept by the DataManager in the crawl's own storage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,81 +120,38 @@ def build_document(content: Content, processor: TextProcessor) -> IndexedDocumen
     )
 
 
-class SearchDataManager(SQLiteDataManager):
-    """The SQLite DataManager plus the inverted index tables, in the same database.
+def document_rows(document: IndexedDocument) -> TaskRows:
+    """The task-table rows of one document (stored with its page, atomically)."""
+    return {
+        DOCS.name: [(document.url, document.title, document.summary)],
+        POSTINGS.name: [
+            (term, p.weight, " ".join(map(str, p.positions)))
+            for term, p in document.postings.items()
+        ],
+        WORDS.name: [(word,) for word in sorted(document.words)],
+    }
 
-    Non-HTML answers are not parsed by the crawl (SPEC §5.4), so this class indexes
-    them as they are stored: a text/plain body by its text, any other type by the
-    file name in its URL (see ``store_download``).
+
+class SearchIndex:
+    """The index, read through the DataManager's task tables (any storage backend).
+
+    Args:
+        data: an open DataManager of a crawl made by the search task.
     """
 
-    processor: TextProcessor | None = None
-    """Set by the SearchManager; without it non-HTML answers are not indexed."""
-
-    def open(self) -> None:
-        super().open()
-        if not self.read_only:
-            with self._lock:
-                self.db.executescript(_SCHEMA)
-
-    # -- writing -----------------------------------------------------------
-    def store_document(self, page_id: PageId, document: IndexedDocument) -> None:
-        """Put one document in the index, replacing what a former parse stored."""
-        with self._atomic() as db:
-            self._delete_document(db, page_id)
-            db.execute(
-                "INSERT INTO search_docs (page_id, url, title, summary) VALUES (?, ?, ?, ?)",
-                (page_id, document.url, document.title, document.summary),
-            )
-            db.executemany(
-                "INSERT INTO search_postings (term, page_id, weight, positions) "
-                "VALUES (?, ?, ?, ?)",
-                [
-                    (term, page_id, p.weight, " ".join(map(str, p.positions)))
-                    for term, p in document.postings.items()
-                ],
-            )
-            db.executemany(
-                "INSERT INTO search_words (word, page_id) VALUES (?, ?)",
-                [(word, page_id) for word in sorted(document.words)],
-            )
-
-    @staticmethod
-    def _delete_document(db: sqlite3.Connection, page_id: PageId) -> None:
-        for table in ("search_docs", "search_postings", "search_words"):
-            db.execute(f"DELETE FROM {table} WHERE page_id = ?", (page_id,))
-
-    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
-        super().store_download(page_id, result, content_hash)
-        kind = media_type(result.content_type)
-        if self.processor is None or result.error or result.status != 200 or kind in HTML_TYPES:
-            return
-        with self._lock:
-            url = self._load_page(page_id).normalized_url
-        # The filter and the weighing run outside the lock, like a parser's.
-        content = extract_content(url, result.body, result.content_type)
-        self.store_document(page_id, build_document(content, self.processor))
-
-    # -- reading -----------------------------------------------------------
-    def _read(self, sql: str, args: Iterable[object] = ()) -> list[Any]:
-        with self._lock:
-            try:
-                return self.db.execute(sql, tuple(args)).fetchall()
-            except sqlite3.OperationalError as exc:
-                if "no such table" in str(exc):
-                    raise StateError(f"{self.path} holds no search index") from exc
-                raise
+    def __init__(self, data: DataManager) -> None:
+        self.data = data
 
     def document_count(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM search_docs")[0][0])
+        return self.data.task_row_total(DOCS.name)
 
     def all_documents(self) -> set[PageId]:
-        return {PageId(int(r[0])) for r in self._read("SELECT page_id FROM search_docs")}
+        return {PageId(int(row[0])) for row in self.data.task_rows(DOCS.name, columns=("page_id",))}
 
     def postings(self, term: str) -> dict[PageId, Posting]:
         """keyword → pages with weights."""
-        rows = self._read(
-            "SELECT page_id, weight, positions FROM search_postings WHERE term = ?", (term,)
+        rows = self.data.task_rows(
+            POSTINGS.name, columns=("page_id", "weight", "positions"), equals={"term": term}
         )
         return {
             PageId(int(page)): Posting(float(weight), _positions(positions))
@@ -206,15 +160,14 @@ class SearchDataManager(SQLiteDataManager):
 
     def page_terms(self, page_id: PageId) -> dict[str, float]:
         """URL → keywords with weights."""
-        rows = self._read("SELECT term, weight FROM search_postings WHERE page_id = ?", (page_id,))
+        rows = self.data.task_rows(
+            POSTINGS.name, columns=("term", "weight"), equals={"page_id": page_id}
+        )
         return {term: float(weight) for term, weight in rows}
 
     def pages_with_word_prefix(self, prefix: str) -> dict[str, set[PageId]]:
         """Indexed words starting with ``prefix`` → pages holding them."""
-        rows = self._read(
-            "SELECT word, page_id FROM search_words WHERE word >= ? AND word < ?",
-            (prefix, prefix + "\U0010ffff"),
-        )
+        rows = self.data.task_rows(WORDS.name, columns=("word", "page_id"), prefix=("word", prefix))
         found: dict[str, set[PageId]] = defaultdict(set)
         for word, page in rows:
             found[word].add(PageId(int(page)))
@@ -222,27 +175,18 @@ class SearchDataManager(SQLiteDataManager):
 
     def word_counts(self, prefix: str = "") -> list[tuple[str, int]]:
         """Indexed words (starting with ``prefix``) and how many documents hold each."""
-        rows = self._read(
-            "SELECT word, COUNT(*) FROM search_words WHERE word >= ? AND word < ? "
-            "GROUP BY word ORDER BY word",
-            (prefix, prefix + "\U0010ffff"),
-        )
-        return [(word, int(count)) for word, count in rows]
+        return [
+            (str(word), count)
+            for word, count in self.data.task_row_counts(WORDS.name, "word", prefix=prefix)
+        ]
 
     def documents(self, page_ids: Iterable[PageId]) -> dict[PageId, tuple[str, str, str]]:
         """page id → (url, title, summary)."""
-        ids = list(page_ids)
-        found: dict[PageId, tuple[str, str, str]] = {}
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._read(
-                f"SELECT page_id, url, title, summary FROM search_docs WHERE page_id IN ({marks})",
-                chunk,
-            )
-            for page, url, title, summary in rows:
-                found[PageId(int(page))] = (url, title, summary)
-        return found
+        rows = self.data.task_rows(
+            DOCS.name, columns=("page_id", "url", "title", "summary"),
+            any_of=("page_id", list(page_ids)),
+        )  # fmt: skip
+        return {PageId(int(page)): (url, title, summary) for page, url, title, summary in rows}
 
 
 def _positions(text: str) -> tuple[int, ...]:

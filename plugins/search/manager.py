@@ -2,127 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
+import contextlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import snowballstemmer  # type: ignore[import-untyped]
-
-from plugins.search.index import SearchDataManager
-from plugins.search.processing import (
-    DEFAULT_LANGUAGE,
-    TextProcessor,
-    load_stopwords,
-    load_synonyms,
-)
+from plugins.search.index import TABLES, SearchIndex
 from plugins.search.query import QueryEvaluator
-from plugins.search.threads import IndexingParsingThread
+from plugins.search.settings import SEARCH_KEYS, search_section, text_processor
+from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread
 from plugins.webgraph.manager import WebGraphManager
-from rccrawler.exceptions import ConfigError, StateError
-from rccrawler.manager import STATE_FILE
+from rccrawler.data.storage import open_storage
+from rccrawler.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from contextlib import AbstractContextManager
 
     from rccrawler.config import Settings
-    from rccrawler.data.base import DataManager
-    from rccrawler.data.sqlite import SQLiteDataManager
+    from rccrawler.data.tables import TaskTable
+    from rccrawler.threads.downloading import DownloadingThread
     from rccrawler.threads.parsing import ParsingThread
-
-SEARCH_KEYS = ("stopwords", "synonyms", "language")
-"""Keys of the ``search:`` section: word-list files (relative to settings.yaml) and
-the Snowball language."""
-
-
-def _section(settings: Settings) -> Mapping[str, Any]:
-    section = settings.sections.get("search") or {}
-    if not isinstance(section, Mapping):
-        raise ConfigError("search", "must be a mapping")
-    return section
-
-
-def _list_path(settings: Settings, key: str) -> Path | None:
-    value = _section(settings).get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"search.{key}", "must be a file path")
-    path = Path(value).expanduser()
-    if not path.is_absolute() and settings.source is not None:
-        path = settings.source.parent / path
-    if not path.is_file():
-        raise ConfigError(f"search.{key}", f"{path} is not a readable file")
-    return path
-
-
-def text_processor(settings: Settings) -> TextProcessor:
-    """The content processor that the ``search:`` section describes."""
-    section = _section(settings)
-    language = section.get("language", DEFAULT_LANGUAGE)
-    if language not in snowballstemmer.algorithms():
-        raise ConfigError("search.language", f"no Snowball stemmer for {language!r}")
-    try:
-        stopwords = load_stopwords(_list_path(settings, "stopwords"))
-        synonyms = load_synonyms(_list_path(settings, "synonyms"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("search", f"cannot read a word list ({exc})") from exc
-    return TextProcessor(stopwords, synonyms, language)
 
 
 class SearchManager(WebGraphManager):
     """Crawls the sites, writes their web graphs and indexes every page it fetched
-    (SPEC §7) in the crawl's own database; ``search``/``words`` read that index."""
+    (SPEC §7) in the crawl's own storage, whatever the backend; ``search``, ``words``
+    and ``serve`` read that index."""
 
+    downloading_thread_cls: type[DownloadingThread] = IndexingDownloadingThread
     parsing_thread_cls: type[ParsingThread] = IndexingParsingThread
-    sqlite_data_manager_cls: ClassVar[type[SQLiteDataManager]] = SearchDataManager
+    task_tables: ClassVar[tuple[TaskTable, ...]] = TABLES
     settings_sections: ClassVar[tuple[str, ...]] = ("search",)
 
     @classmethod
     def check_settings(cls, settings: Settings) -> None:
         super().check_settings(settings)
-        for key in _section(settings):
+        for key in search_section(settings):
             if key not in SEARCH_KEYS:
                 raise ConfigError(f"search.{key}", f"unknown key (known: {', '.join(SEARCH_KEYS)})")
         text_processor(settings)
 
-    def create_data_manager(self) -> DataManager:
-        data = super().create_data_manager()
-        if isinstance(data, SearchDataManager):
-            data.processor = text_processor(self.settings)
-        return data
-
     @classmethod
-    def open_index(cls, settings: Settings) -> AbstractContextManager[SearchDataManager]:
+    @contextlib.contextmanager
+    def open_index(cls, settings: Settings) -> Iterator[SearchIndex]:
         """The saved index, read-only (a running crawl may go on writing it)."""
-        from contextlib import contextmanager
-
-        @contextmanager
-        def opened() -> Iterator[SearchDataManager]:
-            path = settings.state_dir / STATE_FILE
-            if not path.exists():
-                raise StateError(f"no saved crawl in {settings.state_dir}: run the crawl first")
-            data = SearchDataManager(path, read_only=True)
-            data.open()
-            try:
-                yield data
-            finally:
-                data.close()
-
-        return opened()
+        with open_storage(settings, task_tables=cls.task_tables) as data:
+            yield SearchIndex(data)
 
     @classmethod
     def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:
-        with cls.open_index(settings) as data:
-            evaluator = QueryEvaluator(data, text_processor(settings))
+        with cls.open_index(settings) as index:
+            evaluator = QueryEvaluator(index, text_processor(settings))
             return [hit.as_dict() for hit in evaluator.search(query, limit)]
 
     @classmethod
     def serve(cls, settings: Settings, host: str, port: int) -> bool:
         from plugins.search.web import SearchHTTPServer
 
-        with cls.open_index(settings) as data:
-            server = SearchHTTPServer((host, port), data, text_processor(settings))
+        with cls.open_index(settings) as index:
+            server = SearchHTTPServer((host, port), index, text_processor(settings))
             print(
                 f"search page on http://{host}:{server.server_port}/ (Ctrl-C ends it)", flush=True
             )
@@ -134,5 +70,5 @@ class SearchManager(WebGraphManager):
 
     @classmethod
     def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]] | None:
-        with cls.open_index(settings) as data:
-            return data.word_counts(prefix.lower())
+        with cls.open_index(settings) as index:
+            return index.word_counts(prefix.lower())

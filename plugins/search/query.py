@@ -20,7 +20,7 @@ from plugins.search.processing import words
 from rccrawler.exceptions import RCCrawlerError
 
 if TYPE_CHECKING:
-    from plugins.search.index import Posting, SearchDataManager
+    from plugins.search.index import Posting, SearchIndex
     from plugins.search.processing import TextProcessor
     from rccrawler.records import PageId
 
@@ -80,7 +80,7 @@ class QueryEvaluator:
     constraint (None) and drops out of AND and OR.
     """
 
-    def __init__(self, data: SearchDataManager, processor: TextProcessor) -> None:
+    def __init__(self, data: SearchIndex, processor: TextProcessor) -> None:
         self.data = data
         self.processor = processor
         self.total = max(1, data.document_count())

@@ -1,18 +1,20 @@
-"""IndexingParsingThread: parses a page fully and puts it in the search index."""
+"""The search task's threads: they index pages through the DataManager's task tables."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plugins.search.content import html_content
-from plugins.search.index import SearchDataManager, build_document
+from plugins.search.content import extract_content, html_content, media_type
+from plugins.search.index import HTML_TYPES, build_document, document_rows
+from plugins.search.settings import text_processor
+from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
-    from plugins.search.processing import TextProcessor
+    from rccrawler.data.base import TaskRows
     from rccrawler.html import ParsedPage
     from rccrawler.manager import ApplicationManager
-    from rccrawler.records import PageData
+    from rccrawler.records import DownloadResult, PageData
 
 
 class IndexingParsingThread(ParsingThread):
@@ -22,14 +24,26 @@ class IndexingParsingThread(ParsingThread):
 
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
-        processor: TextProcessor | None = getattr(self.data, "processor", None)
-        self.processor = processor
+        self.processor = text_processor(self.settings)
 
-    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
-        if self.processor is None or not isinstance(self.data, SearchDataManager):
-            return  # another storage backend: nothing to index into
+    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         if "noindex" in parsed.meta_robots:
-            return
+            return None
         # The weighing is the slow part: it runs here, outside the DataManager's lock.
         document = build_document(html_content(page.normalized_url, parsed), self.processor)
-        self.data.store_document(page.id, document)
+        return document_rows(document)
+
+
+class IndexingDownloadingThread(DownloadingThread):
+    """Indexes answers the crawl does not parse (SPEC §5.4): a text/plain body by its
+    text, any other type by the file name in its URL."""
+
+    def __init__(self, manager: ApplicationManager, index: int) -> None:
+        super().__init__(manager, index)
+        self.processor = text_processor(self.settings)
+
+    def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
+        if result.error or result.status != 200 or media_type(result.content_type) in HTML_TYPES:
+            return None
+        content = extract_content(page.normalized_url, result.body, result.content_type)
+        return document_rows(build_document(content, self.processor))

@@ -17,7 +17,7 @@ from rccrawler.loopback import serving
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from plugins.search.index import SearchDataManager
+    from plugins.search.index import SearchIndex
     from plugins.search.processing import TextProcessor
     from plugins.search.query import Hit
 
@@ -58,7 +58,7 @@ class SearchHTTPServer(ThreadingHTTPServer):
     def __init__(
         self,
         address: tuple[str, int],
-        data: SearchDataManager,
+        data: SearchIndex,
         processor: TextProcessor,
         page_size: int = PAGE_SIZE,
     ) -> None:

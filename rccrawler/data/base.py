@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rccrawler.records import (
@@ -19,14 +19,28 @@ if TYPE_CHECKING:
         SkipReason,
     )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: host rows in columns on every backend, and task tables."""
+
+TaskRows = Mapping[str, Sequence[tuple[Any, ...]]]
+"""A task's rows for one page: task table name → rows (without the page_id column)."""
 
 
-def check_state_identity(meta: dict[str, str], manager: str, storage: str, where: str) -> None:
+def check_state_identity(
+    meta: dict[str, str], manager: str, storage: str, where: str, *, shared: bool = False
+) -> None:
     """Compare a saved state's identity with the settings' (shared by the backends).
 
+    Args:
+        meta: the state's identity as saved by its first run.
+        manager: the dotted path of this run's manager.
+        storage: what identifies the storage (never a password).
+        where: the state, for the message.
+        shared: other workers may be running on this state: never suggest ``--fresh``,
+            which would drop their crawl.
+
     Raises:
-        StateError: another schema version, manager or storage, with a hint to --fresh.
+        StateError: another schema version, manager or storage, with a way out.
     """
     from rccrawler.exceptions import StateError
 
@@ -41,11 +55,15 @@ def check_state_identity(meta: dict[str, str], manager: str, storage: str, where
             wanted = (
                 f"this rccrawler uses {expected}"
                 if key == "schema_version"
-                else f"the settings name {expected!r}"
+                else f"this run has {expected!r}"
             )
-            raise StateError(
-                f"the state in {where} {what} {shown}, {wanted}; run with --fresh to start over"
+            hint = (
+                "give this crawl another name: in the settings, or use the settings of the "
+                "crawl that is there"
+                if shared
+                else "run with --fresh to start over"
             )
+            raise StateError(f"the state in {where} {what} {shown}, {wanted}; {hint}")
 
 
 class DataManager(ABC):
@@ -67,7 +85,7 @@ class DataManager(ABC):
         """Flush and release the storage. No-op by default."""
 
     @abstractmethod
-    def check_identity(self, manager: str, storage: str) -> None:
+    def check_identity(self, manager: str) -> None:
         """Record (first run) or compare (resume) what crawl this state belongs to.
 
         Raises:
@@ -125,12 +143,19 @@ class DataManager(ABC):
         """Note that a request to ``host`` starts now (the crawl delay counts from here)."""
 
     @abstractmethod
-    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
+    def store_download(
+        self,
+        page_id: PageId,
+        result: DownloadResult,
+        content_hash: str,
+        rows: TaskRows | None = None,
+    ) -> None:
         """Store the outcome of a download and release the lease.
 
         A 200 HTML body waits for parsing unless its hash is known (a
         duplicate); anything else ends the page, or puts it back in the queue
-        for another attempt.
+        for another attempt. ``rows`` (from a task's download hook) are stored
+        in the same transaction, replacing the page's earlier rows.
         """
 
     @abstractmethod
@@ -150,9 +175,17 @@ class DataManager(ABC):
 
     @abstractmethod
     def store_parse(
-        self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
+        self,
+        page_id: PageId,
+        links: Sequence[FoundLink],
+        skipped: Sequence[SkippedLink],
+        rows: TaskRows | None = None,
     ) -> None:
-        """Queue the new internal links, add arcs, record skipped links, end the page."""
+        """Queue the new internal links, add arcs, record skipped links, end the page.
+
+        ``rows`` are the task's results for the page (see ``rccrawler.data.tables``),
+        stored in the same transaction, replacing what an earlier parse stored.
+        """
 
     # -- stopping from outside ----------------------------------------------------
     def request_stop(self) -> None:
@@ -194,3 +227,34 @@ class DataManager(ABC):
     @abstractmethod
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
         """(url, reason, found_on url) of links of a site that never became pages."""
+
+    # -- a task's own tables (rccrawler.data.tables) -------------------------------
+    @abstractmethod
+    def task_rows(
+        self,
+        table: str,
+        *,
+        columns: Sequence[str] | None = None,
+        equals: Mapping[str, Any] | None = None,
+        prefix: tuple[str, str] | None = None,
+        any_of: tuple[str, Sequence[Any]] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Rows of a task table (``page_id`` first unless ``columns`` says otherwise).
+
+        Args:
+            table: a table the task declared.
+            columns: the columns to return, in order (default: all).
+            equals: column → value the rows must have.
+            prefix: (text column, prefix) the rows must start with.
+            any_of: (column, values): the rows whose column is one of the values.
+        """
+
+    @abstractmethod
+    def task_row_counts(
+        self, table: str, column: str, *, prefix: str = ""
+    ) -> list[tuple[Any, int]]:
+        """(value, number of rows) of a task table's column, by value (``words``)."""
+
+    @abstractmethod
+    def task_row_total(self, table: str) -> int:
+        """How many rows a task table holds."""

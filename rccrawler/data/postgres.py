@@ -1,135 +1,62 @@
-"""The PostgreSQL DataManager: one crawl shared by any number of processes (SPEC §9)."""
+"""The PostgreSQL dialect: one crawl shared by any number of processes (SPEC §9).
+
+The statements and the crawl rules live in ``sql.py`` and ``policy.py``; this
+module keeps what sharing needs: leases with ``FOR UPDATE SKIP LOCKED``, an
+owner token and a ``lease_until`` on the database clock, renewed while the
+worker lives; politeness in the host rows; stop requests through the database.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import heapq
 import logging
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from psycopg import sql
 
-from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
-from rccrawler.data.rows import (
-    BLOCKED_BY_ROBOTS,
+from rccrawler.data.sql import (
+    HOST_COLUMNS,
+    LEASED,
     PAGE_COLUMNS,
-    PagedReads,
-    is_html,
+    Claim,
+    Cursor,
+    LeaseLost,
+    SQLDataManager,
+    StateCounts,
+    crawl_stats,
+    host_from_row,
+    host_stats,
     page_from_row,
-    throttled_delay,
+    state_error,
 )
 from rccrawler.exceptions import StateError
-from rccrawler.records import (
-    CrawlStats,
-    HostData,
-    HostStats,
-    PageData,
-    PageId,
-    PageState,
-    RobotsState,
-    SkipReason,
-)
+from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
 
 if TYPE_CHECKING:
-    from rccrawler.records import DownloadResult, FoundLink, SkippedLink
+    from rccrawler.data.tables import TaskTable
+    from rccrawler.policy import CrawlLimits
 
 logger = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
-Cursor = psycopg.Cursor[Row]
+PgCursor = psycopg.Cursor[Row]
 
-_HOST_FIELDS = tuple(f.name for f in fields(HostData))
-_HOST_COLUMNS = ", ".join(_HOST_FIELDS)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS hosts (
-    host TEXT PRIMARY KEY,
-    scheme TEXT NOT NULL,
-    base TEXT NOT NULL,
-    crawl_delay DOUBLE PRECISION NOT NULL,
-    min_crawl_delay DOUBLE PRECISION NOT NULL,
-    max_downloads_at_time INTEGER NOT NULL,
-    max_crawl_level INTEGER NOT NULL,
-    robots_state TEXT NOT NULL,
-    robots_status INTEGER,
-    robots_text TEXT NOT NULL,
-    next_fetch_at DOUBLE PRECISION NOT NULL,
-    retry_after_until DOUBLE PRECISION NOT NULL,
-    in_flight INTEGER NOT NULL,
-    stop_reason TEXT NOT NULL,
-    started_at DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION NOT NULL,
-    admitted INTEGER NOT NULL DEFAULT 0,
-    budget_hit BOOLEAN NOT NULL DEFAULT FALSE,
-    robots_owner TEXT NOT NULL DEFAULT '',
-    robots_lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS pages (
-    id BIGINT PRIMARY KEY,
-    host TEXT NOT NULL,
-    url TEXT NOT NULL,
-    normalized_url TEXT NOT NULL,
-    id_from BIGINT,
-    level INTEGER NOT NULL,
-    out_degree INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL,
-    downloaded BOOLEAN NOT NULL DEFAULT FALSE,
-    parsed BOOLEAN NOT NULL DEFAULT FALSE,
-    http_status INTEGER,
-    content_type TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL DEFAULT '',
-    error_code TEXT NOT NULL DEFAULT '',
-    replace_id BIGINT,
-    download_attempts INTEGER NOT NULL DEFAULT 0,
-    redirect_target TEXT NOT NULL DEFAULT '',
-    redirect_hops INTEGER NOT NULL DEFAULT 0,
-    bytes BIGINT NOT NULL DEFAULT 0,
-    truncated BOOLEAN NOT NULL DEFAULT FALSE,
-    referer TEXT NOT NULL DEFAULT '',
-    owner TEXT NOT NULL DEFAULT '',
-    lease_until DOUBLE PRECISION NOT NULL DEFAULT 0
-);
-CREATE SEQUENCE IF NOT EXISTS page_ids;
-CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
-CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
-CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
-CREATE TABLE IF NOT EXISTS urls (normalized_url TEXT PRIMARY KEY, page_id BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS arcs (
-    from_id BIGINT NOT NULL, to_id BIGINT NOT NULL, host TEXT NOT NULL,
-    PRIMARY KEY (from_id, to_id)
-);
-CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
-CREATE TABLE IF NOT EXISTS skipped (
-    host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on BIGINT,
-    PRIMARY KEY (host, url)
-);
-"""
-
-_LEASED = "('running', 'downloaded', 'parsing')"
-"""Page states held by one worker (a body waiting for a parser lives in its memory)."""
+DEFAULT_PARTITIONS = 8
+"""Hash partitions of a task table declared with ``partition_by`` (search postings)."""
 
 
 def schema_for(name: str) -> str:
-    """The PostgreSQL schema that holds the crawl named ``name`` (its state_dir)."""
+    """The PostgreSQL schema that holds the crawl named ``name``."""
     return "rc_" + hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
-def _host(row: Row) -> HostData:
-    raw = dict(zip(_HOST_FIELDS, row, strict=True))
-    raw["robots_state"] = RobotsState(raw["robots_state"])
-    return HostData(**raw)
-
-
-class PostgresDataManager(PagedReads, DataManager):
+class PostgresDataManager(SQLDataManager):
     """A DataManager in a PostgreSQL schema, shared by every worker process of a crawl.
 
     One connection guarded by one lock (the threads of a process share it), one
@@ -143,14 +70,20 @@ class PostgresDataManager(PagedReads, DataManager):
     Args:
         url: the ``postgresql://`` URL.
         schema: the schema of this crawl (see :func:`schema_for`).
-        max_pages: per-site budget of pages (0 = none).
-        max_download_attempts: attempts before a retryable error is final.
-        max_redirects: hops before a redirect chain is an error.
+        limits: the crawl's numbers (budget, attempts, redirects).
+        task_tables: tables a crawl task keeps its per-page results in.
+        partitions: hash partitions of task tables declared with ``partition_by``.
+        read_only: only read (``status``, ``search``): no schema is created.
         max_pending_bytes: downloaded bodies waiting for a parser, at most.
         lease_s: seconds a lease lasts without renewal (default :attr:`lease_s`).
         clock: wall-clock source for the start and end times of sites.
     """
 
+    types: ClassVar[Mapping[str, str]] = {
+        "float": "DOUBLE PRECISION", "id": "BIGINT", "int": "BIGINT", "bool": "BOOLEAN",
+        "false": "FALSE", "text": "TEXT", "bytes": "BYTEA", "without_rowid": "",
+    }  # fmt: skip
+    text_order: ClassVar[str] = ' COLLATE "C"'
     lease_s: float = 30.0
     """How long a dead worker's pages stay leased; live workers renew every third of it."""
     stats_max_age: ClassVar[float] = 0.25
@@ -163,34 +96,27 @@ class PostgresDataManager(PagedReads, DataManager):
         url: str,
         schema: str,
         *,
-        max_pages: int = 0,
-        max_download_attempts: int = 3,
-        max_redirects: int = 10,
+        limits: CrawlLimits | None = None,
+        task_tables: Sequence[TaskTable] = (),
+        partitions: int = DEFAULT_PARTITIONS,
+        read_only: bool = False,
         max_pending_bytes: int = 8 * 1024 * 1024,
         lease_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(
+            limits=limits, task_tables=task_tables, max_pending_bytes=max_pending_bytes
+        )
         self.url = url
         self.schema = schema
-        self.max_pages = max_pages
-        self.max_download_attempts = max_download_attempts
-        self.max_redirects = max_redirects
-        self.max_pending_bytes = max_pending_bytes
+        self.partitions = partitions
+        self.read_only = read_only
         if lease_s is not None:
             self.lease_s = lease_s
         self.clock = clock
         self.owner = uuid.uuid4().hex
         """This process's lease token."""
-        self._lock = threading.Lock()
-        self._download_ready = threading.Condition(self._lock)
-        self._parse_ready = threading.Condition(self._lock)
-        self._wake_downloaders = 0
-        self._wake_parsers = 0
         self._conn: psycopg.Connection[Row] | None = None
-        self._parse_queue: list[tuple[int, PageId]] = []
-        self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
-        self._parsing: dict[PageId, tuple[PageData, int]] = {}
-        self._pending_bytes = 0
         self._stats: CrawlStats | None = None
         self._stats_at = 0.0
         self._opened_at = 0.0
@@ -203,9 +129,9 @@ class PostgresDataManager(PagedReads, DataManager):
         self._renewed_at = time.monotonic()
         self._rotation = 0
         self._delays: dict[str, float] = {}
+        """Crawl delay of each host as the last lease here saw it."""
         self._page_hosts: dict[PageId, str] = {}
         """Host of each page this process leased for download (saves a look-up)."""
-        """Crawl delay of each host as the last lease here saw it."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -213,43 +139,69 @@ class PostgresDataManager(PagedReads, DataManager):
             conn = psycopg.connect(self.url, autocommit=True)
         except psycopg.Error as exc:
             raise StateError(f"cannot connect to the crawl state {self.url}: {exc}") from exc
+        schema = sql.Identifier(self.schema)
         try:
-            with conn.transaction(), conn.cursor() as cur:
-                # Workers start together: one of them creates the schema.
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-                cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
-                    sql.Identifier(self.schema)))  # fmt: skip
-                cur.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
-                cur.execute(_SCHEMA.encode())
-            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+            if not self.read_only:
+                with conn.transaction(), conn.cursor() as cur:
+                    # Workers start together: one of them creates the schema, once. A
+                    # crawl that exists is never altered (DDL would lock running workers).
+                    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+                    cur.execute("SELECT to_regclass(%s)", (f"{self.schema}.meta",))
+                    if (cur.fetchone() or (None,))[0] is None:
+                        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                        cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
+                        cur.execute(self.schema_sql().encode())
+                        cur.execute("CREATE SEQUENCE IF NOT EXISTS page_ids")
+                        cur.execute(
+                            "CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) "
+                            "WHERE owner <> ''"
+                        )
+            conn.execute(sql.SQL("SET search_path TO {}").format(schema))
         except psycopg.Error as exc:
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
-        with self._transaction() as cur:
-            self._opened_at = self._now(cur)
+        with self._atomic() as cur:
+            self._opened_at = self._clock(cur)
+
+    def _task_table_sql(self, table: TaskTable) -> str:
+        text = super()._task_table_sql(table)
+        if table.partition_by is None:
+            return text
+        # Seed 000, Part IV: a table too big for one machine is hash-partitioned by key.
+        create, rest = text.split(";\n", 1)
+        parts = "".join(
+            f"CREATE TABLE IF NOT EXISTS {table.name}_p{n} PARTITION OF {table.name} "
+            f"FOR VALUES WITH (MODULUS {self.partitions}, REMAINDER {n});\n"
+            for n in range(self.partitions)
+        )
+        return f"{create} PARTITION BY HASH ({table.partition_by});\n{parts}{rest}"
 
     def close(self) -> None:
         with self._lock:
             if self._conn is None:
                 return
-            # Give back what this process still holds, so nobody waits for its lease.
-            with contextlib.suppress(psycopg.Error), self._transaction() as cur:
-                self._reclaim(cur, "owner = %s", (self.owner,))
-                cur.execute(
-                    "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-                    "WHERE robots_state = 'fetching' AND robots_owner = %s",
-                    (self.owner,),
-                )
+            if not self.read_only:
+                # Give back what this process still holds, so nobody waits for its lease.
+                with contextlib.suppress(psycopg.Error), self._transaction() as cur:
+                    self._reclaim(cur, "owner = %s", (self.owner,))
+                    cur.execute(
+                        "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
+                        "WHERE robots_state = 'fetching' AND robots_owner = %s",
+                        (self.owner,),
+                    )
             self._conn.close()
             self._conn = None
+
+    def describe(self) -> str:
+        return f"schema {self.schema} of {self.url}"
 
     def request_stop(self) -> None:
         with self._atomic() as cur:
             cur.execute(
                 "INSERT INTO meta VALUES ('stop_requested', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (repr(self._now(cur)),),
+                (repr(self._clock(cur)),),
             )
 
     def stop_requested(self) -> bool:
@@ -289,49 +241,51 @@ class PostgresDataManager(PagedReads, DataManager):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Cursor]:
-        """One committed transaction; the caller holds the lock."""
         if self._conn is None:
             raise StateError("the DataManager is not open")
         try:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
         except psycopg.OperationalError as exc:
-            raise StateError(f"cannot write the crawl state {self.url}: {exc}") from exc
+            raise state_error(self.url, exc) from exc
         if self._wake_downloaders:
             self._next_try = 0.0
-            self._download_ready.notify(self._wake_downloaders)
-            self._wake_downloaders = 0
-        if self._wake_parsers:
-            self._parse_ready.notify(self._wake_parsers)
-            self._wake_parsers = 0
+        self._wake()
 
-    @contextlib.contextmanager
-    def _atomic(self) -> Iterator[Cursor]:
-        with self._lock, self._transaction() as cur:
-            yield cur
+    def _sql(self, query: str) -> str:
+        return query.replace("?", "%s")
 
-    @staticmethod
-    def _now(cur: Cursor) -> float:
+    def _clock(self, cur: Cursor) -> float:
         """The database clock: every worker, on every machine, schedules by it."""
         cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
         row = cur.fetchone()
         assert row is not None
         return float(row[0])
 
-    def check_identity(self, manager: str, storage: str) -> None:
-        with self._atomic() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-            cur.execute("SELECT key, value FROM meta")
-            meta = dict(cur.fetchall())
-            if not meta:
-                cur.executemany(
-                    "INSERT INTO meta VALUES (%s, %s)",
-                    [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
-                     ("storage", storage), ("created", str(self.clock()))],
-                )  # fmt: skip
-                return
-        check_state_identity(meta, manager, storage, f"schema {self.schema} of {self.url}")
+    shared: ClassVar[bool] = True
 
+    def _storage_identity(self, cur: Cursor) -> str:
+        # The server's own identity and the database: 127.0.0.1 and localhost are one
+        # crawl, and no password is ever stored.
+        cur.execute(
+            "SELECT CASE WHEN has_function_privilege('pg_control_system()', 'execute') "
+            "THEN (SELECT system_identifier::text FROM pg_control_system()) "
+            "ELSE 'server' END, current_database()"
+        )
+        system, database = cur.fetchone() or ("?", "?")
+        return f"postgresql:{system}/{database}"
+
+    def _lock_identity(self, cur: Cursor) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+
+    def _lock_sites(self, cur: Cursor) -> None:
+        self._stats = None
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema + ":sites",))
+
+    def _lease_until(self, now: float) -> float:
+        return now + self.lease_s
+
+    # -- leases --------------------------------------------------------------------
     def recover(self) -> int:
         """Queue again the pages whose lease expired (their worker died).
 
@@ -343,7 +297,7 @@ class PostgresDataManager(PagedReads, DataManager):
 
     def _reclaim_expired(self, cur: Cursor) -> int:
         """Queue again the robots.txt fetches and pages whose lease ran out."""
-        now = self._now(cur)
+        now = self._clock(cur)
         cur.execute(
             "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
             "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
@@ -355,13 +309,13 @@ class PostgresDataManager(PagedReads, DataManager):
 
     def _reclaim(self, cur: Cursor, where: str, args: tuple[Any, ...]) -> int:
         """Put leased pages matching ``where`` back in the queue, host row locked first."""
-        cur.execute(f"SELECT DISTINCT host FROM pages WHERE state IN {_LEASED} AND {where}", args)
+        cur.execute(f"SELECT DISTINCT host FROM pages WHERE state IN {LEASED} AND {where}", args)
         moved = 0
         for (host,) in sorted(cur.fetchall()):
             cur.execute("SELECT 1 FROM hosts WHERE host = %s FOR UPDATE", (host,))
             cur.execute(
                 "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
-                f"FROM pages old WHERE p.id = old.id AND p.host = %s AND p.state IN {_LEASED} "
+                f"FROM pages old WHERE p.id = old.id AND p.host = %s AND p.state IN {LEASED} "
                 f"AND {where.replace('owner', 'p.owner').replace('lease_until', 'p.lease_until')} "
                 "RETURNING old.state",
                 (host, *args),
@@ -380,13 +334,13 @@ class PostgresDataManager(PagedReads, DataManager):
 
     def _heartbeat(self) -> None:
         """Renew this worker's leases and reclaim dead workers' ones (lock held)."""
-        if time.monotonic() - self._renewed_at < self.lease_s / 3:
+        if self.read_only or time.monotonic() - self._renewed_at < self.lease_s / 3:
             return
         self._renewed_at = time.monotonic()
         with self._transaction() as cur:
-            now = self._now(cur)
+            now = self._clock(cur)
             cur.execute(
-                f"UPDATE pages SET lease_until = %s WHERE owner = %s AND state IN {_LEASED}",
+                f"UPDATE pages SET lease_until = %s WHERE owner = %s AND state IN {LEASED}",
                 (now + self.lease_s, self.owner),
             )
             cur.execute(
@@ -399,92 +353,88 @@ class PostgresDataManager(PagedReads, DataManager):
         if moved:
             logger.warning("%d pages of a worker that stopped answering were queued again", moved)
 
-    # -- sites and robots ------------------------------------------------
-    def _lock_host(self, cur: Cursor, host: str) -> HostData:
-        cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s FOR UPDATE", (host,))
+    # -- the dialect's hooks ---------------------------------------------------------
+    def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:
+        cur.execute("SELECT nextval('page_ids') FROM generate_series(1, %s)", (count,))
+        return sorted(int(r[0]) for r in cur.fetchall())
+
+    def _find_host(self, cur: Cursor, host: str) -> HostData | None:
+        cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s FOR UPDATE", (host,))
         row = cur.fetchone()
-        if row is None:
-            raise KeyError(host)
-        return _host(row)
+        return host_from_row(row) if row is not None else None
 
-    @staticmethod
-    def _save_host(cur: Cursor, host: HostData) -> None:
-        sets = ", ".join(f"{name} = %s" for name in _HOST_FIELDS[1:])
-        values = [getattr(host, name) for name in _HOST_FIELDS[1:]]
-        values[_HOST_FIELDS.index("robots_state") - 1] = host.robots_state.value
-        cur.execute(f"UPDATE hosts SET {sets} WHERE host = %s", (*values, host.host))
+    def _insert_host(self, cur: Cursor, host: HostData) -> None:
+        super()._insert_host(cur, host)
+        self._robots_pending = 1
 
-    def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
-        with self._atomic() as cur:
-            self._stats = None
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema + ":sites",))
-            cur.execute("SELECT 1 FROM hosts WHERE host = %s", (host.host,))
-            if cur.fetchone() is not None:
-                known = self._lock_host(cur, host.host)
-                known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
-                known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
-                known.max_downloads_at_time = host.max_downloads_at_time
-                known.max_crawl_level = host.max_crawl_level
-                self._save_host(cur, known)
-                cur.execute("SELECT 1 FROM urls WHERE normalized_url = %s", (normalized_url,))
-                if cur.fetchone() is not None:
-                    return False
-                self._insert_pages(cur, [(host.host, start_url, normalized_url, None, 0, "")])
-                if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
-                    self._end_waiting(cur, host.host, SkipReason.ROBOTS)
-                elif known.stop_reason:
-                    known.stop_reason, known.finished_at = "", 0.0
-                    self._save_host(cur, known)
-                return True
-            host = replace(
-                host,
-                started_at=self.clock(),
-                min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
-                in_flight=0,
-            )
-            marks = ", ".join(["%s"] * len(_HOST_FIELDS))
-            values = [getattr(host, name) for name in _HOST_FIELDS]
-            values[_HOST_FIELDS.index("robots_state")] = host.robots_state.value
-            cur.execute(f"INSERT INTO hosts ({_HOST_COLUMNS}) VALUES ({marks})", values)
-            self._insert_pages(cur, [(host.host, start_url, normalized_url, None, 0, "")])
-            self._robots_pending = 1
-            return True
+    def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
+        cur.execute("UPDATE hosts SET admitted = admitted + %s WHERE host = %s", (count, host))
 
-    def _insert_pages(
-        self, cur: Cursor, rows: Sequence[tuple[str, str, str, int | None, int, str]]
-    ) -> list[int]:
-        """Insert WAITING pages (host, url, normalized, id_from, level, referer); returns ids.
-
-        The caller holds the host row lock, so no other worker adds the same URLs.
-        """
-        cur.execute("SELECT nextval('page_ids') FROM generate_series(1, %s)", (len(rows),))
-        ids = sorted(int(r[0]) for r in cur.fetchall())
-        cur.executemany(
-            "INSERT INTO pages (id, host, url, normalized_url, id_from, level, state, referer) "
-            "VALUES (%s, %s, %s, %s, %s, %s, 'waiting', %s)",
-            [(pid, *row) for pid, row in zip(ids, rows, strict=True)],
-        )
-        cur.executemany(
-            "INSERT INTO urls (normalized_url, page_id) VALUES (%s, %s)",
-            [(row[2], pid) for pid, row in zip(ids, rows, strict=True)],
-        )
+    def _claim(
+        self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
+    ) -> Claim:
+        """Lock the page's host row, then the page, which must still be this worker's."""
+        host_name = known.host if known is not None else self._page_hosts.pop(page_id, None)
+        if host_name is None:
+            cur.execute("SELECT host FROM pages WHERE id = %s", (page_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise KeyError(page_id)
+            host_name = row[0]
         cur.execute(
-            "UPDATE hosts SET admitted = admitted + %s WHERE host = %s", (len(rows), rows[0][0])
+            f"SELECT {HOST_COLUMNS}, admitted, extract(epoch FROM clock_timestamp())::float8 "
+            "FROM hosts WHERE host = %s FOR UPDATE",
+            (host_name,),
         )
-        self._wake_downloaders += len(rows)
-        return ids
+        locked = cur.fetchone()
+        if locked is None:
+            raise KeyError(host_name)
+        host, admitted, now = host_from_row(locked[:-2]), int(locked[-2]), float(locked[-1])
+        cur.execute(
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
+            "AND state = ANY(%s) FOR UPDATE",
+            (page_id, self.owner, [str(s) for s in states]),
+        )
+        found = cur.fetchone()
+        if found is None:
+            logger.warning("page %d: its lease expired, another worker fetches it", page_id)
+            raise LeaseLost(page_id)
+        page = page_from_row(found)
+        if known is not None:
+            page.state = known.state
+        return Claim(page, host, admitted, now)
 
+    def _release(self, cur: Cursor, page: PageData) -> None:
+        cur.execute(
+            "UPDATE hosts SET in_flight = greatest(0, in_flight - 1) WHERE host = %s",
+            (page.host,),
+        )
+        self._wake_downloaders += 1
+
+    def _save_politeness(self, cur: Cursor, host: HostData) -> None:
+        cur.execute(
+            "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
+            "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
+            (host.crawl_delay, host.retry_after_until, host.next_fetch_at, host.host),
+        )
+
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._atomic() as cur:
+            cur.execute(self._sql(query), params)
+            return list(cur.fetchall())
+
+    # -- claiming work ---------------------------------------------------------------
     def take_robots(self) -> HostData | None:
         if not self._robots_pending:
             return None  # a hint, refreshed with the statistics snapshot
         with self._atomic() as cur:
-            now = self._now(cur)
+            now = self._clock(cur)
             cur.execute(
                 "UPDATE hosts SET robots_state = 'fetching', robots_owner = %s, "
                 "robots_lease_until = %s, next_fetch_at = %s + crawl_delay "
                 "WHERE host = (SELECT host FROM hosts WHERE robots_state = 'pending' "
                 "AND next_fetch_at <= %s LIMIT 1 FOR UPDATE SKIP LOCKED) "
-                f"RETURNING {_HOST_COLUMNS}",
+                f"RETURNING {HOST_COLUMNS}",
                 (self.owner, now + self.lease_s, now, now),
             )
             row = cur.fetchone()
@@ -492,62 +442,21 @@ class PostgresDataManager(PagedReads, DataManager):
                 cur.execute("SELECT count(*) FROM hosts WHERE robots_state = 'pending'")
                 self._robots_pending = int((cur.fetchone() or (0,))[0])
                 return None
-            return _host(row)
-
-    def store_robots(
-        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
-    ) -> None:
-        with self._atomic() as cur:
-            now = self._now(cur)
-            data = self._lock_host(cur, host)
-            data.robots_state = RobotsState.READY
-            data.robots_status = status
-            data.robots_text = text
-            if crawl_delay is not None and crawl_delay > data.min_crawl_delay:
-                data.min_crawl_delay = crawl_delay
-                data.crawl_delay = max(data.crawl_delay, crawl_delay)
-            data.next_fetch_at = max(data.next_fetch_at, now + data.crawl_delay)
-            self._wake_downloaders = 1 << 16
-            if blocked:
-                data.stop_reason = (
-                    f"{BLOCKED_BY_ROBOTS} unavailable (HTTP {status})"
-                    if status is not None
-                    else f"{BLOCKED_BY_ROBOTS} unreachable"
-                )
-                self._end_waiting(cur, host, SkipReason.ROBOTS)
-            self._save_host(cur, data)
-            cur.execute("UPDATE hosts SET robots_owner = '' WHERE host = %s", (host,))
-
-    @staticmethod
-    def _end_waiting(cur: Cursor, host: str, reason: SkipReason) -> None:
-        cur.execute(
-            "UPDATE pages SET state = 'skipped', error_code = %s "
-            "WHERE host = %s AND state = 'waiting'",
-            (reason.value, host),
-        )
+            return host_from_row(row)
 
     def hosts(self) -> list[HostData]:
         with self._atomic() as cur:
-            cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts ORDER BY host")
-            return [_host(row) for row in cur.fetchall()]
+            cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY host")
+            return [host_from_row(row) for row in cur.fetchall()]
 
     def host(self, host: str) -> HostData | None:
         with self._atomic() as cur:
-            cur.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
+            cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
             row = cur.fetchone()
-            return _host(row) if row is not None else None
+            return host_from_row(row) if row is not None else None
 
-    # -- downloading -----------------------------------------------------
-    def wait_for_work(self, timeout: float, kind: str = "") -> None:
-        if kind == "parse":
-            with self._parse_ready:
-                self._parse_ready.wait(timeout)
-        elif kind == "download":
-            with self._download_ready:
-                due = self._next_try - time.monotonic()
-                self._download_ready.wait(min(timeout, max(0.001, due)))
-        else:
-            super().wait_for_work(timeout, kind)
+    def _due_in(self) -> float:
+        return self._next_try - time.monotonic()
 
     def take_for_download(self) -> PageData | None:
         if self._pending_bytes > self.max_pending_bytes:
@@ -587,8 +496,10 @@ class PostgresDataManager(PagedReads, DataManager):
             return None
 
     def _lease_from(self, cur: Cursor, host: str, now: float) -> PageData | None:
+        from rccrawler.policy import breadth_first_allows
+
         cur.execute(
-            f"SELECT {_HOST_COLUMNS} FROM hosts WHERE host = %s AND robots_state = 'ready' "
+            f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s AND robots_state = 'ready' "
             "AND in_flight < max_downloads_at_time "
             "AND greatest(next_fetch_at, retry_after_until) <= %s FOR UPDATE SKIP LOCKED",
             (host, now),
@@ -596,7 +507,7 @@ class PostgresDataManager(PagedReads, DataManager):
         row = cur.fetchone()
         if row is None:
             return None  # another worker holds the host, or it is not due any more
-        data = _host(row)
+        data = host_from_row(row)
         cur.execute(
             f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
             "ORDER BY level, id LIMIT 1 FOR UPDATE SKIP LOCKED",
@@ -606,11 +517,10 @@ class PostgresDataManager(PagedReads, DataManager):
         if found is None:
             return None
         page = page_from_row(found)
-        # Breadth-first barrier, across every worker: no page two levels below one
-        # still in progress anywhere.
-        cur.execute(f"SELECT min(level) FROM pages WHERE host = %s AND state IN {_LEASED}", (host,))
+        # Breadth-first barrier, across every worker.
+        cur.execute(f"SELECT min(level) FROM pages WHERE host = %s AND state IN {LEASED}", (host,))
         busy = (cur.fetchone() or (None,))[0]
-        if busy is not None and page.level > busy + 1:
+        if not breadth_first_allows(page.level, [] if busy is None else [busy]):
             return None
         cur.execute(
             "UPDATE pages SET state = 'running', owner = %s, lease_until = %s WHERE id = %s",
@@ -636,297 +546,6 @@ class PostgresDataManager(PagedReads, DataManager):
                 (host,),
             )
 
-    def _claim(
-        self, cur: Cursor, page_id: PageId, *states: str, host_name: str | None = None
-    ) -> tuple[PageData, HostData, int, float]:
-        """Lock the page's host row, then the page, which must still be this worker's.
-
-        Returns:
-            The page, its host, the host's admitted pages and the database time.
-        """
-        host_name = host_name or self._page_hosts.pop(page_id, None)
-        if host_name is None:
-            cur.execute("SELECT host FROM pages WHERE id = %s", (page_id,))
-            row = cur.fetchone()
-            if row is None:
-                raise KeyError(page_id)
-            host_name = row[0]
-        cur.execute(
-            f"SELECT {_HOST_COLUMNS}, admitted, extract(epoch FROM clock_timestamp())::float8 "
-            "FROM hosts WHERE host = %s FOR UPDATE",
-            (host_name,),
-        )
-        locked = cur.fetchone()
-        if locked is None:
-            raise KeyError(host_name)
-        host, admitted, now = _host(locked[:-2]), int(locked[-2]), float(locked[-1])
-        cur.execute(
-            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
-            "AND state = ANY(%s) FOR UPDATE",
-            (page_id, self.owner, list(states)),
-        )
-        found = cur.fetchone()
-        if found is None:
-            raise _LeaseLost(page_id)
-        return page_from_row(found), host, admitted, now
-
-    def _release(self, cur: Cursor, host: HostData) -> None:
-        """Give back a download lease (an in-flight slot of the host)."""
-        cur.execute(
-            "UPDATE hosts SET in_flight = greatest(0, in_flight - 1) WHERE host = %s",
-            (host.host,),
-        )
-        self._wake_downloaders += 1
-
-    def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, now = self._claim(cur, page_id, PageState.RUNNING)
-            self._release(cur, host)
-            attempts = page.download_attempts + 1
-            size = len(result.body)
-            changed = False
-            if result.retry_after is not None:
-                host.retry_after_until = max(host.retry_after_until, now + result.retry_after)
-                changed = True
-            if result.throttle and result.status is not None:
-                delay = throttled_delay(host, result.elapsed, ok=result.status == 200)
-                if delay != host.crawl_delay:
-                    host.crawl_delay = delay
-                    changed = True
-            if (
-                result.error
-                or (result.status is not None and result.status >= 500)
-                or (result.status == 429)
-            ):
-                error = result.error or f"http_{result.status}"
-                retry = result.retryable or result.status in (429, 500, 502, 503, 504)
-                if retry and attempts < self.max_download_attempts:
-                    if result.retry_after is None:
-                        backoff = min(30.0, 0.5 * 2 ** (attempts - 1))
-                        host.next_fetch_at = max(host.next_fetch_at, now + backoff)
-                        changed = True
-                    cur.execute(
-                        "UPDATE pages SET state = 'waiting', owner = '', download_attempts = %s, "
-                        "error_code = %s, http_status = %s WHERE id = %s",
-                        (attempts, error, result.status, page_id),
-                    )
-                else:
-                    self._end(cur, page_id, PageState.ERROR, error, attempts, result.status)
-                if changed:
-                    self._save_host_politeness(cur, host)
-                return
-            if changed:
-                self._save_host_politeness(cur, host)
-            status = result.status or 0
-            if status != 200 or not is_html(result.content_type):
-                state, error = (
-                    (PageState.SKIPPED, SkipReason.NOT_HTML.value)
-                    if 200 <= status < 300
-                    else (PageState.ERROR, f"http_{status}")
-                )
-                cur.execute(
-                    "UPDATE pages SET state = %s, owner = '', download_attempts = %s, "
-                    "http_status = %s, content_type = %s, error_code = %s, bytes = %s, "
-                    "downloaded = TRUE WHERE id = %s",
-                    (state.value, attempts, status, result.content_type, error, size, page_id),
-                )
-                return
-            cur.execute(
-                "SELECT id FROM pages WHERE host = %s AND content_hash = %s AND id <> %s "
-                "AND replace_id IS NULL ORDER BY id LIMIT 1",
-                (page.host, content_hash, page_id),
-            )
-            first = cur.fetchone()
-            if first is not None:
-                cur.execute(
-                    "UPDATE pages SET state = 'done', owner = '', download_attempts = %s, "
-                    "http_status = 200, content_type = %s, content_hash = %s, replace_id = %s, "
-                    "bytes = %s, downloaded = TRUE, truncated = %s, error_code = '' WHERE id = %s",
-                    (attempts, result.content_type, content_hash, first[0], size,
-                     result.truncated, page_id),
-                )  # fmt: skip
-                return
-            cur.execute(
-                "UPDATE pages SET state = 'downloaded', lease_until = %s, download_attempts = %s, "
-                "http_status = 200, content_type = %s, content_hash = %s, bytes = %s, "
-                "downloaded = TRUE, truncated = %s, error_code = '' WHERE id = %s",
-                (now + self.lease_s, attempts, result.content_type, content_hash, size,
-                 result.truncated, page_id),
-            )  # fmt: skip
-            page.state = PageState.DOWNLOADED
-            page.http_status, page.content_type = 200, result.content_type
-            page.content_hash, page.bytes = content_hash, size
-            page.download_attempts, page.downloaded = attempts, True
-            page.truncated, page.error_code = result.truncated, ""
-            heapq.heappush(self._parse_queue, (page.level, page.id))
-            self._downloaded[page.id] = (page, result.body)
-            self._pending_bytes += size
-            self._wake_parsers += 1
-
-    @staticmethod
-    def _save_host_politeness(cur: Cursor, host: HostData) -> None:
-        cur.execute(
-            "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
-            "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
-            (host.crawl_delay, host.retry_after_until, host.next_fetch_at, host.host),
-        )
-
-    @staticmethod
-    def _end(
-        cur: Cursor, page_id: PageId, state: PageState, error: str, attempts: int,
-        status: int | None,
-    ) -> None:  # fmt: skip
-        cur.execute(
-            "UPDATE pages SET state = %s, owner = '', download_attempts = %s, error_code = %s, "
-            "http_status = %s WHERE id = %s",
-            (state.value, attempts, error, status, page_id),
-        )
-
-    def store_redirect(
-        self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
-    ) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, _now = self._claim(cur, page_id, PageState.RUNNING)
-            self._release(cur, host)
-            chain = "\n".join([*([u for u in page.redirect_target.split("\n") if u]
-                                 or [page.url]), target_url])  # fmt: skip
-            if skip is not None:
-                cur.execute(
-                    "UPDATE pages SET state = 'skipped', owner = '', error_code = %s, "
-                    "redirect_target = %s WHERE id = %s",
-                    (skip.value, chain, page_id),
-                )
-                return
-            if (
-                target_url in chain.split("\n")[:-1]
-                or page.redirect_hops + 1 > self.max_redirects
-                or self._redirects_back_to(cur, target_normalized, page_id)
-            ):
-                cur.execute(
-                    "UPDATE pages SET state = 'error', owner = '', error_code = %s, "
-                    "redirect_target = %s, redirect_hops = %s WHERE id = %s",
-                    (SkipReason.REDIRECT_LOOP.value, chain, page.redirect_hops + 1, page_id),
-                )
-                return
-            cur.execute("SELECT page_id FROM urls WHERE normalized_url = %s", (target_normalized,))
-            known = cur.fetchone()
-            if known is not None and known[0] != page_id:
-                # The target is a page of its own already: this URL is an alias of it.
-                cur.execute(
-                    "UPDATE pages SET state = 'done', owner = '', replace_id = %s, "
-                    "error_code = 'redirect', redirect_target = %s WHERE id = %s",
-                    (known[0], chain, page_id),
-                )
-                return
-            if known is None:
-                cur.execute(
-                    "INSERT INTO urls (normalized_url, page_id) VALUES (%s, %s)",
-                    (target_normalized, page_id),
-                )
-            cur.execute(
-                "UPDATE pages SET state = 'waiting', owner = '', url = %s, normalized_url = %s, "
-                "redirect_target = %s, redirect_hops = %s WHERE id = %s",
-                (target_url, target_normalized, chain, page.redirect_hops + 1, page_id),
-            )
-
-    def _redirects_back_to(self, cur: Cursor, normalized_url: str, page_id: PageId) -> bool:
-        """Whether ``normalized_url`` is a page that already stands for ``page_id``."""
-        cur.execute("SELECT page_id FROM urls WHERE normalized_url = %s", (normalized_url,))
-        row = cur.fetchone()
-        if row is None or row[0] == page_id:
-            return False
-        current = row[0]
-        for _ in range(self.max_redirects + 1):
-            cur.execute("SELECT replace_id FROM pages WHERE id = %s", (current,))
-            current = (cur.fetchone() or (None,))[0]
-            if current is None:
-                return False
-            if current == page_id:
-                return True
-        return False
-
-    def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
-        with self._lock, contextlib.suppress(_LeaseLost), self._transaction() as cur:
-            page, host, _admitted, _now = self._claim(cur, page_id, *_LEASED_STATES)
-            if page.state is PageState.RUNNING:
-                self._release(cur, host)
-            cur.execute(
-                "UPDATE pages SET state = 'skipped', owner = '', error_code = %s WHERE id = %s",
-                (reason.value, page_id),
-            )
-
-    # -- parsing ---------------------------------------------------------
-    def take_for_parsing(self) -> tuple[PageData, bytes] | None:
-        if not self._parse_queue:
-            return None
-        with self._lock:  # memory only: this process downloaded the body, it parses it
-            if not self._parse_queue:
-                return None
-            _level, page_id = heapq.heappop(self._parse_queue)
-            page, body = self._downloaded.pop(page_id)
-            page.state = PageState.PARSING
-            self._parsing[page_id] = (page, len(body))
-            return replace(page), body
-
-    def store_parse(
-        self, page_id: PageId, links: Sequence[FoundLink], skipped: Sequence[SkippedLink]
-    ) -> None:
-        with self._lock:
-            page, size = self._parsing.pop(page_id)
-            self._pending_bytes -= size
-            with contextlib.suppress(_LeaseLost), self._transaction() as cur:
-                self._store_parse(cur, page, links, skipped)
-
-    def _store_parse(
-        self,
-        cur: Cursor,
-        page: PageData,
-        links: Sequence[FoundLink],
-        skipped: Sequence[SkippedLink],
-    ) -> None:
-        _page, _host_data, admitted, _now = self._claim(
-            cur, page.id, PageState.DOWNLOADED, host_name=page.host
-        )
-        unique: dict[str, FoundLink] = {}
-        for link in links:
-            unique.setdefault(link.normalized_url, link)
-        cur.execute(
-            "SELECT normalized_url, page_id FROM urls WHERE normalized_url = ANY(%s)",
-            (list(unique),),
-        )
-        known: dict[str, int] = dict(cur.fetchall())
-        new_rows: list[tuple[str, str, str, int | None, int, str]] = []
-        not_queued: list[tuple[str, str, str, int]] = []
-        for norm, link in unique.items():
-            if norm in known:
-                continue
-            if link.skip_if_new is not None:
-                not_queued.append((page.host, norm, link.skip_if_new.value, page.id))
-                continue
-            if self.max_pages and admitted + len(new_rows) >= self.max_pages:
-                not_queued.append((page.host, norm, SkipReason.BUDGET.value, page.id))
-                continue
-            new_rows.append((page.host, link.url, norm, page.id, page.level + 1, page.url))
-        new_ids = self._insert_pages(cur, new_rows) if new_rows else []
-        targets = [known[n] for n in unique if n in known]
-        targets.extend(new_ids)
-        cur.executemany(
-            "INSERT INTO arcs (from_id, to_id, host) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            [(page.id, target, page.host) for target in targets],
-        )
-        if any(row[2] == SkipReason.BUDGET.value for row in not_queued):
-            cur.execute("UPDATE hosts SET budget_hit = TRUE WHERE host = %s", (page.host,))
-        cur.executemany(
-            "INSERT INTO skipped (host, url, reason, found_on) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT DO NOTHING",
-            not_queued + [(page.host, s.url, s.reason.value, page.id) for s in skipped],
-        )
-        cur.execute(
-            "UPDATE pages SET state = 'done', owner = '', parsed = TRUE, out_degree = %s "
-            "WHERE id = %s",
-            (len(targets), page.id),
-        )
-
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
         with self._lock:
@@ -938,7 +557,7 @@ class PostgresDataManager(PagedReads, DataManager):
                 # leave the queue without seeing where it went.
                 cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 cur.execute(
-                    f"SELECT {_HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
+                    f"SELECT {HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
                 )
                 host_rows = cur.fetchall()
                 cur.execute(
@@ -949,87 +568,34 @@ class PostgresDataManager(PagedReads, DataManager):
                     "FROM pages GROUP BY 1, 2, 3"
                 )
                 page_rows = cur.fetchall()
-            by_state: dict[str, Counter[str]] = {}
-            errors: dict[str, Counter[str]] = {}
-            size: Counter[str] = Counter()
-            dups: Counter[str] = Counter()
-            aliases: Counter[str] = Counter()
+            counts: dict[str, StateCounts] = {}
             for host, state, error, count, nbytes, ndup, nalias in page_rows:
-                by_state.setdefault(host, Counter())[state] += count
+                c = counts.setdefault(host, StateCounts({}, {}))
+                c.by_state[state] = c.by_state.get(state, 0) + count
                 if state == PageState.ERROR:
-                    errors.setdefault(host, Counter())[error] += count
-                size[host] += int(nbytes)
-                dups[host] += ndup
-                aliases[host] += nalias
+                    c.errors[error] = c.errors.get(error, 0) + count
+                c.bytes += int(nbytes)
+                c.duplicates += ndup
+                c.aliases += nalias
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
-            stats = []
+            stats, all_counts = [], []
             pending = 0
             for row in host_rows:
-                data, budget_hit = _host(row[:-1]), bool(row[-1])
-                name = data.host
+                data = host_from_row(row[:-1])
                 if data.robots_state is RobotsState.PENDING:
                     pending += 1
-                c = by_state.get(name, Counter())
-                parsing = parsing_here[name]
-                stats.append(
-                    HostStats(
-                        host=name,
-                        waiting=c[PageState.WAITING],
-                        running=c[PageState.RUNNING] + parsing,
-                        downloaded=max(0, c[PageState.DOWNLOADED] - parsing),
-                        parsing=parsing,
-                        done=c[PageState.DONE] - dups[name] - aliases[name],
-                        errors=c[PageState.ERROR],
-                        skipped=c[PageState.SKIPPED],
-                        duplicates=dups[name],
-                        bytes=size[name],
-                        crawl_delay=data.crawl_delay,
-                        stop_reason=data.stop_reason,
-                        robots_state=data.robots_state.value,
-                        errors_by_kind=tuple(
-                            sorted((k, v) for k, v in errors.get(name, Counter()).items() if v)
-                        ),
-                        started_at=data.started_at,
-                        finished_at=data.finished_at,
-                        budget_hit=budget_hit,
-                    )
-                )
+                c = counts.get(data.host, StateCounts({}, {}))
+                c.budget_hit = bool(row[-1])
+                parsing = parsing_here[data.host]
+                # A body being parsed here is still 'downloaded' in the table.
+                c.by_state[PageState.DOWNLOADED] = c.by_state.get(PageState.DOWNLOADED, 0) - parsing
+                all_counts.append(c)
+                stats.append(host_stats(data, c, parsing=parsing))
             self._robots_pending = pending
-            self._stats = CrawlStats(
-                hosts=tuple(stats),
-                pages_done=sum(c[PageState.DONE] for c in by_state.values())
-                - sum(aliases.values()),
-                downloading=sum(h.running - h.parsing for h in stats),
-                parsing=sum(h.parsing for h in stats),
-                bytes=sum(size.values()),
-                taken_at=self.clock(),
-            )
+            self._stats = crawl_stats(stats, all_counts, self.clock())
             self._stats_at = time.monotonic()
             return self._stats
 
     def set_stop_reason(self, host: str, reason: str) -> None:
-        with self._atomic() as cur:
-            self._stats = None
-            cur.execute(
-                "UPDATE hosts SET stop_reason = %s, finished_at = %s "
-                "WHERE host = %s AND NOT (stop_reason <> '' AND finished_at <> 0)",
-                (reason, self.clock(), host),
-            )
-
-    text_order = ' COLLATE "C"'
-
-    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._atomic() as cur:
-            cur.execute(query.replace("?", "%s"), params)
-            return cur.fetchall()
-
-
-_LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
-
-
-class _LeaseLost(Exception):
-    """The page's lease expired and another worker took it: this result is dropped."""
-
-    def __init__(self, page_id: PageId) -> None:
-        super().__init__(page_id)
-        logger.warning("page %d: its lease expired, another worker fetches it", page_id)
+        self._stats = None
+        super().set_stop_reason(host, reason)

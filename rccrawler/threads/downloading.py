@@ -12,6 +12,7 @@ from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import link_scope, normalize_url, request_url, resolve_link
 
 if TYPE_CHECKING:
+    from rccrawler.data.base import TaskRows
     from rccrawler.manager import ApplicationManager
     from rccrawler.records import HostData
 
@@ -105,7 +106,15 @@ class DownloadingThread(CrawlerThread):
             self.follow_redirect(page, result, rules)
             return
         digest = content_hash(result.body) if result.status == 200 else ""
-        self.data.store_download(page.id, result, digest)
+        self.data.store_download(page.id, result, digest, self.process_download(page, result))
+
+    def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
+        """Hook for crawl tasks: rows for the task's tables from a final answer (any
+        status or type; HTML is parsed later by a ParsingThread), stored with the
+        download in one atomic call. Runs in this DownloadingThread, outside the
+        DataManager's lock. None (the default) stores nothing.
+        """
+        return None
 
     def follow_redirect(self, page: PageData, result: DownloadResult, rules: RobotsRules) -> None:
         """Turn a 3xx into the page's next URL, or end the page with a reason (SPEC §5.5)."""

@@ -10,6 +10,7 @@ from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
+    from rccrawler.data.base import TaskRows
     from rccrawler.manager import ApplicationManager
 
 
@@ -37,12 +38,18 @@ class ParsingThread(CrawlerThread):
             body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse
         )
         links, skipped = self.classify_links(page, parsed)
-        self.process_page(page, body, parsed)
-        self.data.store_parse(page.id, links, skipped)
+        rows = self.process_page(page, body, parsed)
+        self.data.store_parse(page.id, links, skipped, rows)
         return True
 
-    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
-        """Hook for crawl tasks (e.g. indexing). No-op by default."""
+    def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
+        """Hook for crawl tasks: the page's rows for the task's tables (see
+        ``ApplicationManager.task_tables``), stored with the page in one atomic call.
+
+        Runs in this ParsingThread, outside the DataManager's lock, so slow work
+        (indexing) belongs here. None (the default) stores nothing.
+        """
+        return None
 
     def classify_links(
         self, page: PageData, parsed: ParsedPage

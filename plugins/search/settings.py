@@ -1,0 +1,59 @@
+"""The ``search:`` section of settings.yaml: word lists and the stemmer's language."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import snowballstemmer  # type: ignore[import-untyped]
+
+from plugins.search.processing import (
+    DEFAULT_LANGUAGE,
+    TextProcessor,
+    load_stopwords,
+    load_synonyms,
+)
+from rccrawler.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from rccrawler.config import Settings
+
+SEARCH_KEYS = ("stopwords", "synonyms", "language")
+"""Keys of the ``search:`` section: word-list files (relative to settings.yaml) and
+the Snowball language."""
+
+
+def search_section(settings: Settings) -> Mapping[str, Any]:
+    section = settings.sections.get("search") or {}
+    if not isinstance(section, Mapping):
+        raise ConfigError("search", "must be a mapping")
+    return section
+
+
+def _list_path(settings: Settings, key: str) -> Path | None:
+    value = search_section(settings).get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"search.{key}", "must be a file path")
+    path = Path(value).expanduser()
+    if not path.is_absolute() and settings.source is not None:
+        path = settings.source.parent / path
+    if not path.is_file():
+        raise ConfigError(f"search.{key}", f"{path} is not a readable file")
+    return path
+
+
+def text_processor(settings: Settings) -> TextProcessor:
+    """The content processor that the ``search:`` section describes."""
+    section = search_section(settings)
+    language = section.get("language", DEFAULT_LANGUAGE)
+    if language not in snowballstemmer.algorithms():
+        raise ConfigError("search.language", f"no Snowball stemmer for {language!r}")
+    try:
+        stopwords = load_stopwords(_list_path(settings, "stopwords"))
+        synonyms = load_synonyms(_list_path(settings, "synonyms"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("search", f"cannot read a word list ({exc})") from exc
+    return TextProcessor(stopwords, synonyms, language)

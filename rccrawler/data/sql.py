@@ -1,0 +1,947 @@
+"""The SQL DataManager: one schema, one set of statements, for every SQL backend.
+
+The crawl rules come from :mod:`rccrawler.policy`; this module records what they
+decide. A backend (``sqlite.py``, ``postgres.py``) is a dialect: it supplies the
+type map, the transaction and its lock, how ids are allocated, how a page is
+claimed and released (SQLite in-process, PostgreSQL with row locks and leases),
+the clock, and its running counters. Statements are written once, with ``?``
+placeholders that a dialect may rewrite (Django's database backends are the model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar, Protocol
+
+from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
+from rccrawler.data.tables import TaskTable, check_rows
+from rccrawler.exceptions import StateError
+from rccrawler.policy import (
+    BLOCKED_BY_ROBOTS,
+    CrawlLimits,
+    DownloadVerdict,
+    RedirectVerdict,
+    admit_links,
+    decide_download,
+    decide_redirect,
+    redirects_back_to,
+    robots_stop_reason,
+    unique_links,
+)
+from rccrawler.records import (
+    CrawlStats,
+    DownloadResult,
+    FoundLink,
+    HostData,
+    HostStats,
+    PageData,
+    PageId,
+    PageState,
+    RobotsState,
+    SkippedLink,
+    SkipReason,
+)
+
+PAGE_COLUMNS = (
+    "id, host, url, normalized_url, id_from, level, out_degree, state, downloaded, parsed, "
+    "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
+    "redirect_target, redirect_hops, bytes, truncated, referer"
+)
+HOST_FIELDS = tuple(f.name for f in fields(HostData))
+HOST_COLUMNS = ", ".join(HOST_FIELDS)
+LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+LEASED = "('running', 'downloaded', 'parsing')"
+"""Page states held by one process (a body waiting for a parser lives in its memory)."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS hosts (
+    host TEXT PRIMARY KEY,
+    scheme TEXT NOT NULL,
+    base TEXT NOT NULL,
+    crawl_delay {float} NOT NULL,
+    min_crawl_delay {float} NOT NULL,
+    max_downloads_at_time INTEGER NOT NULL,
+    max_crawl_level INTEGER NOT NULL,
+    robots_state TEXT NOT NULL,
+    robots_status INTEGER,
+    robots_text TEXT NOT NULL,
+    next_fetch_at {float} NOT NULL,
+    retry_after_until {float} NOT NULL,
+    in_flight INTEGER NOT NULL,
+    stop_reason TEXT NOT NULL,
+    started_at {float} NOT NULL,
+    finished_at {float} NOT NULL,
+    admitted INTEGER NOT NULL DEFAULT 0,
+    budget_hit {bool} NOT NULL DEFAULT {false},
+    robots_owner TEXT NOT NULL DEFAULT '',
+    robots_lease_until {float} NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS pages (
+    id {id} PRIMARY KEY,
+    host TEXT NOT NULL,
+    url TEXT NOT NULL,
+    normalized_url TEXT NOT NULL,
+    id_from {id},
+    level INTEGER NOT NULL,
+    out_degree INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    downloaded {bool} NOT NULL DEFAULT {false},
+    parsed {bool} NOT NULL DEFAULT {false},
+    http_status INTEGER,
+    content_type TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL DEFAULT '',
+    error_code TEXT NOT NULL DEFAULT '',
+    replace_id {id},
+    download_attempts INTEGER NOT NULL DEFAULT 0,
+    redirect_target TEXT NOT NULL DEFAULT '',
+    redirect_hops INTEGER NOT NULL DEFAULT 0,
+    bytes {id} NOT NULL DEFAULT 0,
+    truncated {bool} NOT NULL DEFAULT {false},
+    referer TEXT NOT NULL DEFAULT '',
+    owner TEXT NOT NULL DEFAULT '',
+    lease_until {float} NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
+CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
+CREATE TABLE IF NOT EXISTS urls (
+    normalized_url TEXT PRIMARY KEY, page_id {id} NOT NULL
+){without_rowid};
+CREATE TABLE IF NOT EXISTS arcs (
+    from_id {id} NOT NULL, to_id {id} NOT NULL, host TEXT NOT NULL,
+    PRIMARY KEY (from_id, to_id)
+){without_rowid};
+CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
+CREATE TABLE IF NOT EXISTS skipped (
+    host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on {id},
+    PRIMARY KEY (host, url)
+){without_rowid};
+"""
+"""Every table of a crawl, in any dialect: ``{float}``, ``{id}``… come from its type map."""
+
+_QUEUED = "state = 'waiting'"
+
+
+class Cursor(Protocol):
+    """What the shared statements need of a DB-API cursor (sqlite3 and psycopg both fit)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, query: Any, params: Any = ..., /) -> Any: ...
+    def executemany(self, query: Any, params_seq: Any, /) -> Any: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+
+
+def page_from_row(row: Sequence[Any]) -> PageData:
+    """A PageData from a row of PAGE_COLUMNS."""
+    (pid, host, url, norm, id_from, level, out_degree, state, downloaded, parsed, status,
+     ctype, chash, error, replace_id, attempts, target, hops, size, truncated,
+     referer) = row  # fmt: skip
+    return PageData(
+        id=PageId(pid),
+        host=host,
+        url=url,
+        normalized_url=norm,
+        id_from=PageId(id_from) if id_from is not None else None,
+        level=level,
+        out_degree=out_degree,
+        state=PageState(state),
+        downloaded=bool(downloaded),
+        parsed=bool(parsed),
+        http_status=status,
+        content_type=ctype,
+        content_hash=chash,
+        error_code=error,
+        replace_id=PageId(replace_id) if replace_id is not None else None,
+        download_attempts=attempts,
+        redirect_target=target,
+        redirect_hops=hops,
+        bytes=size,
+        truncated=bool(truncated),
+        referer=referer,
+    )
+
+
+def host_from_row(row: Sequence[Any]) -> HostData:
+    """A HostData from a row of HOST_COLUMNS."""
+    raw = dict(zip(HOST_FIELDS, row, strict=True))
+    raw["robots_state"] = RobotsState(raw["robots_state"])
+    return HostData(**raw)
+
+
+def host_values(host: HostData) -> list[Any]:
+    """The values of HOST_COLUMNS for a HostData."""
+    values = [getattr(host, name) for name in HOST_FIELDS]
+    values[HOST_FIELDS.index("robots_state")] = host.robots_state.value
+    return values
+
+
+@dataclass(slots=True)
+class StateCounts:
+    """One site's pages counted by state, as a backend keeps or reads them."""
+
+    by_state: dict[str, int]
+    errors: dict[str, int]
+    duplicates: int = 0
+    aliases: int = 0
+    """Redirects to a page known already: done, but not pages of their own."""
+    bytes: int = 0
+    budget_hit: bool = False
+
+
+def host_stats(host: HostData, counts: StateCounts, parsing: int = 0) -> HostStats:
+    """A site's HostStats from its counts: the one definition of each number (README)."""
+    by_state = counts.by_state
+    return HostStats(
+        host=host.host,
+        waiting=by_state.get(PageState.WAITING, 0),
+        running=by_state.get(PageState.RUNNING, 0) + parsing,
+        downloaded=max(0, by_state.get(PageState.DOWNLOADED, 0)),
+        parsing=parsing,
+        done=by_state.get(PageState.DONE, 0) - counts.duplicates - counts.aliases,
+        errors=by_state.get(PageState.ERROR, 0),
+        skipped=by_state.get(PageState.SKIPPED, 0),
+        duplicates=counts.duplicates,
+        bytes=counts.bytes,
+        crawl_delay=host.crawl_delay,
+        stop_reason=host.stop_reason,
+        robots_state=host.robots_state.value,
+        errors_by_kind=tuple(sorted((k, v) for k, v in counts.errors.items() if v)),
+        started_at=host.started_at,
+        finished_at=host.finished_at,
+        budget_hit=counts.budget_hit,
+    )
+
+
+def crawl_stats(
+    stats: Sequence[HostStats], counts: Sequence[StateCounts], now: float
+) -> CrawlStats:
+    """The whole crawl's snapshot from its sites' numbers."""
+    return CrawlStats(
+        hosts=tuple(stats),
+        pages_done=sum(c.by_state.get(PageState.DONE, 0) - c.aliases for c in counts),
+        downloading=sum(h.running - h.parsing for h in stats),
+        parsing=sum(h.parsing for h in stats),
+        bytes=sum(c.bytes for c in counts),
+        taken_at=now,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A page this process holds, locked for one write, with what the rules need."""
+
+    page: PageData
+    host: HostData
+    admitted: int
+    """Pages the site has admitted so far (the max_pages budget)."""
+    now: float
+    """The storage's clock."""
+
+
+class LeaseLost(Exception):
+    """The page's lease expired and another process took it: this result is dropped."""
+
+
+class SQLDataManager(DataManager):
+    """Every SQL statement of the crawl, once; a backend subclass is its dialect.
+
+    Args:
+        limits: the crawl's numbers (budget, attempts, redirects).
+        task_tables: tables a crawl task keeps its per-page results in.
+        max_pending_bytes: downloaded bodies waiting for a parser, at most; downloads
+            pause beyond it, so slow parsing cannot fill the memory.
+    """
+
+    types: ClassVar[Mapping[str, str]] = {}
+    """The dialect's type map for SCHEMA: float, id, bool, false, bytes, without_rowid."""
+    text_order: ClassVar[str] = ""
+    """A collation clause that sorts text by bytes (SQLite's default already does)."""
+
+    def __init__(
+        self,
+        *,
+        limits: CrawlLimits | None = None,
+        task_tables: Sequence[TaskTable] = (),
+        max_pending_bytes: int = 8 * 1024 * 1024,
+    ) -> None:
+        self.limits = limits or CrawlLimits()
+        self.task_tables = {table.name: table for table in task_tables}
+        self.max_pending_bytes = max_pending_bytes
+        self._lock = threading.Lock()
+        # Idle threads wait on these; a commit wakes as many as it made work for.
+        self._download_ready = threading.Condition(self._lock)
+        self._parse_ready = threading.Condition(self._lock)
+        self._wake_downloaders = 0
+        self._wake_parsers = 0
+        # Downloaded bodies wait for a parser in this process's memory, not on disk:
+        # a page whose links were not stored yet is fetched again after a crash.
+        self._parse_queue: list[tuple[int, PageId]] = []
+        self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
+        self._parsing: dict[PageId, tuple[PageData, int]] = {}
+        self._pending_bytes = 0
+
+    # -- the dialect ---------------------------------------------------------
+    @abstractmethod
+    def _transaction(self) -> contextlib.AbstractContextManager[Cursor]:
+        """One committed transaction; the caller holds ``_lock``. A failure rolls it back
+        and a storage failure becomes a StateError."""
+
+    @contextlib.contextmanager
+    def _atomic(self) -> Iterator[Cursor]:
+        """The lock and one committed transaction around a public method's body."""
+        with self._lock, self._transaction() as cur:
+            yield cur
+
+    def _wake(self) -> None:
+        """After a commit: wake as many idle threads as it made work for (lock held)."""
+        if self._wake_downloaders:
+            self._download_ready.notify(self._wake_downloaders)
+            self._wake_downloaders = 0
+        if self._wake_parsers:
+            self._parse_ready.notify(self._wake_parsers)
+            self._wake_parsers = 0
+
+    @contextlib.contextmanager
+    def _page_write(self) -> Iterator[Cursor]:
+        """``_atomic`` for a write about a leased page: a lost lease drops the write."""
+        with contextlib.suppress(LeaseLost), self._atomic() as cur:
+            yield cur
+
+    def _sql(self, query: str) -> str:
+        """A statement in the dialect's placeholders (written with ``?``)."""
+        return query
+
+    def schema_sql(self) -> str:
+        """The crawl's tables and the task's, in this dialect."""
+        text = SCHEMA.format(**self.types)
+        return text + "".join(self._task_table_sql(t) for t in self.task_tables.values())
+
+    def _task_table_sql(self, table: TaskTable) -> str:
+        columns = ", ".join(f"{name} {self.types[kind]}" for name, kind in table.all_columns)
+        key = ", ".join(table.key)
+        text = (
+            f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({key}))"
+            f"{self.types['without_rowid']};\n"
+        )
+        for number, index in enumerate((("page_id",), *table.indexes)):
+            text += (
+                f"CREATE INDEX IF NOT EXISTS {table.name}_i{number} "
+                f"ON {table.name} ({', '.join(index)});\n"
+            )
+        return text
+
+    @abstractmethod
+    def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:
+        """``count`` new page ids, ascending."""
+
+    @abstractmethod
+    def _claim(
+        self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
+    ) -> Claim:
+        """Lock a page this process holds, in one of ``states``, with its host.
+
+        Raises:
+            LeaseLost: another process took the page over.
+        """
+
+    @abstractmethod
+    def _release(self, cur: Cursor, page: PageData) -> None:
+        """Give back the download slot (in-flight count) of the page's host."""
+
+    @abstractmethod
+    def _find_host(self, cur: Cursor, host: str) -> HostData | None:
+        """A site's HostData, locked against other processes until commit."""
+
+    def _save_host(self, cur: Cursor, host: HostData) -> None:
+        sets = ", ".join(f"{name} = ?" for name in HOST_FIELDS[1:])
+        cur.execute(
+            self._sql(f"UPDATE hosts SET {sets} WHERE host = ?"),
+            (*host_values(host)[1:], host.host),
+        )
+
+    def _insert_host(self, cur: Cursor, host: HostData) -> None:
+        marks = ", ".join("?" * len(HOST_FIELDS))
+        cur.execute(
+            self._sql(f"INSERT INTO hosts ({HOST_COLUMNS}) VALUES ({marks})"), host_values(host)
+        )
+
+    def _save_politeness(self, cur: Cursor, host: HostData) -> None:
+        """Store a host's delay, Retry-After and next fetch time after a download."""
+        self._save_host(cur, host)
+
+    def _lease_until(self, now: float) -> float:
+        """When a lease taken now runs out (0: leases never expire in this backend)."""
+        return 0.0
+
+    def _clock(self, cur: Cursor) -> float:
+        """The storage's clock (every process of a shared crawl schedules by it)."""
+        raise NotImplementedError
+
+    # Counters: a backend that keeps running totals updates them here (no-ops by default).
+    def _on_move(
+        self, page: PageData, new: PageState, *, error: str = "", duplicate: bool = False,
+        alias: bool = False, size: int = 0,
+    ) -> None:  # fmt: skip
+        """A page left ``page.state`` for ``new``."""
+
+    def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
+        """``count`` new pages were queued for ``host``."""
+
+    def _on_budget_hit(self, cur: Cursor, host: str) -> None:
+        cur.execute(self._sql("UPDATE hosts SET budget_hit = ? WHERE host = ?"), (True, host))
+
+    def _on_waiting_ended(self, host: str, count: int) -> None:
+        """``count`` waiting pages of ``host`` were skipped at once (robots)."""
+
+    # -- identity --------------------------------------------------------------
+    def _lock_identity(self, cur: Cursor) -> None:
+        """Serialize the first write of the identity between processes (no-op here)."""
+
+    def _storage_identity(self, cur: Cursor) -> str:
+        """What identifies the storage itself, whatever the spelling of its URL."""
+        return "sqlite"
+
+    shared: ClassVar[bool] = False
+    """Whether several processes may share the state (no --fresh hints then)."""
+
+    def check_identity(self, manager: str) -> None:
+        with self._atomic() as cur:
+            self._lock_identity(cur)
+            storage = self._storage_identity(cur)
+            cur.execute("SELECT key, value FROM meta")
+            meta = dict(cur.fetchall())
+            if not meta:
+                cur.executemany(
+                    self._sql("INSERT INTO meta VALUES (?, ?)"),
+                    [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
+                     ("storage", storage), ("created", repr(self._clock(cur)))],
+                )  # fmt: skip
+                return
+        check_state_identity(meta, manager, storage, self.describe(), shared=self.shared)
+
+    def describe(self) -> str:
+        """Where the state lives, for messages."""
+        return type(self).__name__
+
+    # -- sites and robots ------------------------------------------------------
+    def _lock_sites(self, cur: Cursor) -> None:
+        """Serialize adding sites between processes (no-op here)."""
+
+    def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
+        with self._atomic() as cur:
+            self._lock_sites(cur)
+            known = self._find_host(cur, host.host)
+            root = (host.host, start_url, normalized_url, None, 0, "")
+            if known is None:
+                host = replace(
+                    host,
+                    started_at=self._clock(cur),
+                    min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
+                    in_flight=0,
+                )
+                self._insert_host(cur, host)
+                self._insert_pages(cur, host.host, [root])
+                return True
+            # Settings may change between runs; politeness follows the newest.
+            known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
+            known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
+            known.max_downloads_at_time = host.max_downloads_at_time
+            known.max_crawl_level = host.max_crawl_level
+            # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
+            if self._page_of_url(cur, normalized_url) is not None:
+                self._save_host(cur, known)
+                return False
+            self._insert_pages(cur, host.host, [root])
+            if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
+                self._end_waiting(cur, host.host, SkipReason.ROBOTS)  # nothing of it is crawled
+            elif known.stop_reason:
+                known.stop_reason, known.finished_at = "", 0.0  # it has work again
+            self._save_host(cur, known)
+            return True
+
+    def _insert_pages(
+        self, cur: Cursor, host: str, rows: Sequence[tuple[str, str, str, int | None, int, str]]
+    ) -> list[int]:
+        """Insert WAITING pages (host, url, normalized, id_from, level, referer); returns ids.
+
+        The caller holds what keeps other processes from adding the same URLs.
+        """
+        ids = self._allocate_ids(cur, len(rows))
+        pairs = list(zip(ids, rows, strict=True))
+        cur.executemany(
+            self._sql(
+                "INSERT INTO pages (id, host, url, normalized_url, id_from, level, state, "
+                "referer) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?)"
+            ),
+            [(pid, *row) for pid, row in pairs],
+        )
+        cur.executemany(
+            self._sql("INSERT INTO urls (normalized_url, page_id) VALUES (?, ?)"),
+            [(row[2], pid) for pid, row in pairs],
+        )
+        self._on_admitted(cur, host, len(rows))
+        self._wake_downloaders += len(rows)
+        return ids
+
+    def _page_of_url(self, cur: Cursor, normalized_url: str) -> PageId | None:
+        cur.execute(
+            self._sql("SELECT page_id FROM urls WHERE normalized_url = ?"), (normalized_url,)
+        )
+        row = cur.fetchone()
+        return PageId(row[0]) if row is not None else None
+
+    def _pages_of_urls(self, cur: Cursor, urls: Sequence[str]) -> dict[str, int]:
+        known: dict[str, int] = {}
+        for start in range(0, len(urls), 500):
+            chunk = urls[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            cur.execute(
+                self._sql(
+                    f"SELECT normalized_url, page_id FROM urls WHERE normalized_url IN ({marks})"
+                ),
+                chunk,
+            )
+            known.update(cur.fetchall())
+        return known
+
+    def store_robots(
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
+    ) -> None:
+        with self._atomic() as cur:
+            data = self._find_host(cur, host)
+            if data is None:
+                raise KeyError(host)
+            data.robots_state = RobotsState.READY
+            data.robots_status = status
+            data.robots_text = text
+            if crawl_delay is not None and crawl_delay > data.min_crawl_delay:
+                data.min_crawl_delay = crawl_delay
+                data.crawl_delay = max(data.crawl_delay, crawl_delay)
+            data.next_fetch_at = max(data.next_fetch_at, self._clock(cur) + data.crawl_delay)
+            self._wake_downloaders = 1 << 16  # the host's pages may be taken now
+            if blocked:
+                data.stop_reason = robots_stop_reason(status)
+                self._end_waiting(cur, host, SkipReason.ROBOTS)
+            self._save_host(cur, data)
+            cur.execute(self._sql("UPDATE hosts SET robots_owner = '' WHERE host = ?"), (host,))
+
+    def _end_waiting(self, cur: Cursor, host: str, reason: SkipReason) -> None:
+        cur.execute(
+            self._sql(
+                f"UPDATE pages SET state = 'skipped', error_code = ? WHERE host = ? AND {_QUEUED}"
+            ),
+            (reason.value, host),
+        )
+        self._on_waiting_ended(host, cur.rowcount)
+
+    def set_stop_reason(self, host: str, reason: str) -> None:
+        with self._atomic() as cur:
+            data = self._find_host(cur, host)
+            if data is None or (data.stop_reason and data.finished_at):
+                return
+            data.stop_reason = reason
+            data.finished_at = self._clock(cur)
+            self._save_host(cur, data)
+
+    # -- downloading -----------------------------------------------------------
+    def wait_for_work(self, timeout: float, kind: str = "") -> None:
+        if kind == "parse":
+            with self._parse_ready:
+                self._parse_ready.wait(timeout)
+        elif kind == "download":
+            with self._download_ready:
+                self._download_ready.wait(min(timeout, max(0.001, self._due_in())))
+        else:
+            super().wait_for_work(timeout, kind)
+
+    def _due_in(self) -> float:
+        """Seconds until a download may be due, as the last take saw it."""
+        return 1.0
+
+    def store_download(
+        self,
+        page_id: PageId,
+        result: DownloadResult,
+        content_hash: str,
+        rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
+    ) -> None:
+        with self._page_write() as cur:
+            claim = self._claim(cur, page_id, (PageState.RUNNING,), None)
+            page = claim.page
+            self._release(cur, page)
+            outcome = decide_download(page, result, claim.host, claim.now, self.limits)
+            if outcome.host_changed:
+                self._save_politeness(cur, outcome.host)
+            size = len(result.body)
+            if rows:
+                self._write_task_rows(cur, page_id, rows)
+            if outcome.verdict is DownloadVerdict.RETRY or (
+                outcome.verdict is DownloadVerdict.ERROR and not outcome.answered
+            ):
+                state = (
+                    PageState.WAITING
+                    if outcome.verdict is DownloadVerdict.RETRY
+                    else PageState.ERROR
+                )
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = ?, owner = '', download_attempts = ?, "
+                        "error_code = ?, http_status = ? WHERE id = ?"
+                    ),
+                    (state.value, outcome.attempts, outcome.error, outcome.status, page_id),
+                )
+                self._on_move(page, state, error=outcome.error)
+                return
+            if outcome.verdict is not DownloadVerdict.HTML:
+                state = (
+                    PageState.SKIPPED
+                    if outcome.verdict is DownloadVerdict.NOT_NODE
+                    else PageState.ERROR
+                )
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = ?, owner = '', download_attempts = ?, "
+                        "http_status = ?, content_type = ?, error_code = ?, bytes = ?, "
+                        "downloaded = ? WHERE id = ?"
+                    ),
+                    (state.value, outcome.attempts, outcome.status, result.content_type,
+                     outcome.error, size, True, page_id),
+                )  # fmt: skip
+                self._on_move(page, state, error=outcome.error, size=size)
+                return
+            cur.execute(
+                self._sql(
+                    "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id <> ? "
+                    "AND replace_id IS NULL ORDER BY id LIMIT 1"
+                ),
+                (page.host, content_hash, page_id),
+            )
+            first = cur.fetchone()
+            if first is not None:
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'done', owner = '', download_attempts = ?, "
+                        "http_status = 200, content_type = ?, content_hash = ?, replace_id = ?, "
+                        "bytes = ?, downloaded = ?, truncated = ?, error_code = '' WHERE id = ?"
+                    ),
+                    (outcome.attempts, result.content_type, content_hash, first[0], size, True,
+                     result.truncated, page_id),
+                )  # fmt: skip
+                self._on_move(page, PageState.DONE, duplicate=True, size=size)
+                return
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET state = 'downloaded', lease_until = ?, "
+                    "download_attempts = ?, http_status = 200, content_type = ?, "
+                    "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
+                    "error_code = '' WHERE id = ?"
+                ),
+                (self._lease_until(claim.now), outcome.attempts, result.content_type,
+                 content_hash, size, True, result.truncated, page_id),
+            )  # fmt: skip
+            self._on_move(page, PageState.DOWNLOADED, size=size)
+            page.state = PageState.DOWNLOADED
+            page.http_status, page.content_type = 200, result.content_type
+            page.content_hash, page.bytes = content_hash, size
+            page.download_attempts, page.downloaded = outcome.attempts, True
+            page.truncated, page.error_code = result.truncated, ""
+            heapq.heappush(self._parse_queue, (page.level, page.id))
+            self._downloaded[page.id] = (page, result.body)
+            self._pending_bytes += size
+            self._wake_parsers += 1
+
+    def _replace_of(self, cur: Cursor, page_id: PageId) -> PageId | None:
+        cur.execute(self._sql("SELECT replace_id FROM pages WHERE id = ?"), (page_id,))
+        row = cur.fetchone()
+        return PageId(row[0]) if row is not None and row[0] is not None else None
+
+    def store_redirect(
+        self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
+    ) -> None:
+        with self._page_write() as cur:
+            page = self._claim(cur, page_id, (PageState.RUNNING,), None).page
+            self._release(cur, page)
+            known = self._page_of_url(cur, target_normalized) if skip is None else None
+            loops_back = redirects_back_to(
+                known, page_id, lambda pid: self._replace_of(cur, pid), self.limits.max_redirects
+            )
+            outcome = decide_redirect(page, target_url, skip, known, loops_back, self.limits)
+            if outcome.verdict is RedirectVerdict.SKIP:
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'skipped', owner = '', error_code = ?, "
+                        "redirect_target = ? WHERE id = ?"
+                    ),
+                    (outcome.reason, outcome.chain, page_id),
+                )
+                self._on_move(page, PageState.SKIPPED)
+            elif outcome.verdict is RedirectVerdict.LOOP:
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'error', owner = '', error_code = ?, "
+                        "redirect_target = ?, redirect_hops = ? WHERE id = ?"
+                    ),
+                    (outcome.reason, outcome.chain, outcome.hops, page_id),
+                )
+                self._on_move(page, PageState.ERROR, error=outcome.reason)
+            elif outcome.verdict is RedirectVerdict.ALIAS:
+                # The target is a page of its own already: this URL is an alias of it.
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'done', owner = '', replace_id = ?, "
+                        "error_code = 'redirect', redirect_target = ? WHERE id = ?"
+                    ),
+                    (outcome.alias_of, outcome.chain, page_id),
+                )
+                self._on_move(page, PageState.DONE, alias=True)
+            else:
+                if known is None:
+                    cur.execute(
+                        self._sql("INSERT INTO urls (normalized_url, page_id) VALUES (?, ?)"),
+                        (target_normalized, page_id),
+                    )
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'waiting', owner = '', url = ?, "
+                        "normalized_url = ?, redirect_target = ?, redirect_hops = ? WHERE id = ?"
+                    ),
+                    (target_url, target_normalized, outcome.chain, outcome.hops, page_id),
+                )
+                self._on_move(page, PageState.WAITING)
+                self._wake_downloaders += 1
+
+    def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
+        with self._page_write() as cur:
+            page = self._claim(cur, page_id, LEASED_STATES, None).page
+            if page.state is PageState.RUNNING:
+                self._release(cur, page)
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET state = 'skipped', owner = '', error_code = ? WHERE id = ?"
+                ),
+                (reason.value, page_id),
+            )
+            self._on_move(page, PageState.SKIPPED)
+
+    # -- parsing -----------------------------------------------------------------
+    def take_for_parsing(self) -> tuple[PageData, bytes] | None:
+        if not self._parse_queue:
+            return None  # a hint read without the lock; store_download wakes the parsers
+        with self._lock:  # memory only: this process downloaded the body, it parses it
+            if not self._parse_queue:
+                return None
+            _level, page_id = heapq.heappop(self._parse_queue)
+            page, body = self._downloaded.pop(page_id)
+            self._on_move(page, PageState.PARSING)
+            page.state = PageState.PARSING
+            self._parsing[page_id] = (page, len(body))
+            return replace(page), body
+
+    def store_parse(
+        self,
+        page_id: PageId,
+        links: Sequence[FoundLink],
+        skipped: Sequence[SkippedLink],
+        rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
+    ) -> None:
+        with self._lock:
+            page, size = self._parsing.pop(page_id)
+            self._pending_bytes -= size
+            with contextlib.suppress(LeaseLost), self._transaction() as cur:
+                claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
+                unique = unique_links(links)
+                known = self._pages_of_urls(cur, list(unique))
+                admission = admit_links(unique, known, claim.admitted, self.limits)
+                level, referer = page.level + 1, page.url
+                new_rows = [
+                    (page.host, link.url, link.normalized_url, page_id, level, referer)
+                    for link in admission.new
+                ]
+                new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
+                targets = admission.known_targets + new_ids
+                cur.executemany(
+                    self._sql(
+                        "INSERT INTO arcs (from_id, to_id, host) VALUES (?, ?, ?) "
+                        "ON CONFLICT DO NOTHING"
+                    ),
+                    [(page_id, target, page.host) for target in targets],
+                )
+                if admission.budget_hit:
+                    self._on_budget_hit(cur, page.host)
+                cur.executemany(
+                    self._sql(
+                        "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT DO NOTHING"
+                    ),
+                    [(page.host, url, reason, page_id) for url, reason in admission.not_queued]
+                    + [(page.host, s.url, s.reason.value, page_id) for s in skipped],
+                )
+                if rows:
+                    self._write_task_rows(cur, page_id, rows)
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ? "
+                        "WHERE id = ?"
+                    ),
+                    (True, len(targets), page_id),
+                )
+                self._on_move(page, PageState.DONE)
+
+    # -- a task's own tables -------------------------------------------------------
+    def _write_task_rows(
+        self, cur: Cursor, page_id: PageId, rows: Mapping[str, Sequence[tuple[Any, ...]]]
+    ) -> None:
+        """Replace what a former parse of the page stored in each named task table."""
+        for name, table_rows in rows.items():
+            table = self.task_tables.get(name)
+            if table is None:
+                raise KeyError(f"no task table {name!r} was declared")
+            check_rows(table, table_rows)
+            cur.execute(self._sql(f"DELETE FROM {name} WHERE page_id = ?"), (page_id,))
+            if table_rows:
+                marks = ", ".join("?" * len(table.all_columns))
+                cur.executemany(
+                    self._sql(f"INSERT INTO {name} VALUES ({marks})"),
+                    [(page_id, *row) for row in table_rows],
+                )
+
+    def task_rows(
+        self,
+        table: str,
+        *,
+        columns: Sequence[str] | None = None,
+        equals: Mapping[str, Any] | None = None,
+        prefix: tuple[str, str] | None = None,
+        any_of: tuple[str, Sequence[Any]] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        spec = self._task_table(table)
+        names = list(columns) if columns else [name for name, _ in spec.all_columns]
+        where, params = self._task_where(spec, equals, prefix)
+        select = f"SELECT {', '.join(map(spec.column, names))} FROM {table}"
+        if any_of is None:
+            return self._read(select + where, params)
+        column, values = spec.column(any_of[0]), list(any_of[1])
+        found: list[tuple[Any, ...]] = []
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            clause = f"{where} AND " if where else " WHERE "
+            found += self._read(f"{select}{clause}{column} IN ({marks})", [*params, *chunk])
+        return found
+
+    def task_row_counts(
+        self, table: str, column: str, *, prefix: str = ""
+    ) -> list[tuple[Any, int]]:
+        spec = self._task_table(table)
+        name = spec.column(column)
+        where, params = self._task_where(spec, None, (column, prefix) if prefix else None)
+        return [
+            (value, int(count))
+            for value, count in self._read(
+                f"SELECT {name}, count(*) FROM {table}{where} GROUP BY {name} "
+                f"ORDER BY {name}{self.text_order}",
+                params,
+            )
+        ]
+
+    def task_row_total(self, table: str) -> int:
+        self._task_table(table)
+        return int(self._read(f"SELECT count(*) FROM {table}", ())[0][0])
+
+    def _task_table(self, name: str) -> TaskTable:
+        table = self.task_tables.get(name)
+        if table is None:
+            raise KeyError(f"no task table {name!r} was declared")
+        return table
+
+    def _task_where(
+        self,
+        table: TaskTable,
+        equals: Mapping[str, Any] | None,
+        prefix: tuple[str, str] | None,
+    ) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for name, value in (equals or {}).items():
+            clauses.append(f"{table.column(name)} = ?")
+            params.append(value)
+        if prefix is not None:
+            name = table.column(prefix[0])
+            clauses.append(f"{name}{self.text_order} >= ? AND {name}{self.text_order} < ?")
+            params += [prefix[1], prefix[1] + "\U0010ffff"]
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+    # -- reading (the unloaders', in batches) ------------------------------------------
+    @abstractmethod
+    def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one read-only query (``?`` placeholders) and return all its rows."""
+
+    def iter_pages(self, host: str) -> Iterator[PageData]:
+        last = 0
+        while True:
+            rows = self._read(
+                f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
+                "ORDER BY id LIMIT 2000",
+                (host, last),
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield page_from_row(row)
+            last = int(rows[-1][0])
+
+    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        # An arc to a duplicate or to a redirect alias points to the page it
+        # stands for (two hops: an alias of a duplicate); only arcs between
+        # nodes (200 HTML, not duplicates) are part of the graph.
+        query = """
+            SELECT DISTINCT a.from_id, f.id FROM arcs a
+            JOIN pages t ON t.id = a.to_id
+            LEFT JOIN pages u ON u.id = t.replace_id
+            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
+            WHERE a.host = ? AND a.from_id > ? AND a.from_id <= ? AND f.state = 'done'
+              AND f.http_status = 200 AND f.replace_id IS NULL
+            ORDER BY a.from_id, f.id
+        """
+        last_from = 0
+        while True:
+            # Page through whole source pages so DISTINCT stays exact.
+            bound = self._read(
+                "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
+                "WHERE host = ? AND from_id > ? ORDER BY from_id LIMIT 200) AS chunk",
+                (host, last_from),
+            )[0][0]
+            if bound is None:
+                return
+            for from_id, to_id in self._read(query, (host, last_from, bound)):
+                yield PageId(from_id), PageId(to_id)
+            last_from = bound
+
+    def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
+        last = ""
+        while True:
+            rows = self._read(
+                "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
+                "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? "
+                f"AND s.url{self.text_order} > ? "
+                "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
+                f"ORDER BY s.url{self.text_order} LIMIT 2000",
+                (host, last),
+            )
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+
+def state_error(where: str, exc: BaseException) -> StateError:
+    """A storage failure as the error the command line reports (one line, exit 2)."""
+    return StateError(f"cannot write the crawl state {where}: {exc}")
