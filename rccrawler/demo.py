@@ -68,6 +68,7 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         for name in ("nodes.csv", "arcs.csv", "graphml", "skipped.csv"):
             print(f"  {output_dir / f'{DEMO_HOST}.{name}'}")
         print(f"  {output_dir / 'report.json'}")
+        print(f"  {output_dir / 'report.html'}")
         hits = manager_cls.search(settings, DEMO_QUERY, 3)
         if hits is not None:
             print(f"sample search for {DEMO_QUERY!r}, best {len(hits)}:")

@@ -174,15 +174,22 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
 
 
 CHART_PARTS = (("pages_done", "done", "#2e7d32"), ("duplicates", "duplicates", "#9e9e9e"),
-               ("errors", "errors", "#c62828"), ("skipped", "skipped", "#f9a825"))  # fmt: skip
-"""The bars of report.html: the counts of report.json, with their README names."""
+               ("errors", "errors", "#c62828"),
+               ("skipped_other", "skipped for other reasons", "#f9a825"))  # fmt: skip
+"""The bars of report.html: the counts of report.json, with their README names (the
+skipped URLs include the errors, so the last bar is the rest of them)."""
+
+
+def _chart_counts(site: dict[str, Any]) -> dict[str, int]:
+    return {**site, "skipped_other": site["skipped"] - site["errors"]}
 
 
 def report_html(report: dict[str, Any]) -> str:
     """report.json as a page that opens offline: a table of the same figures and, per
     site, a bar of its URLs by outcome and its errors by kind (inline SVG, no script)."""
     sites: dict[str, dict[str, Any]] = report["sites"]
-    widest = max((sum(site[key] for key, _n, _c in CHART_PARTS) for site in sites.values()),
+    counts = {host: _chart_counts(site) for host, site in sites.items()}
+    widest = max((sum(c[key] for key, _n, _c in CHART_PARTS) for c in counts.values()),
                  default=0) or 1  # fmt: skip
     rows, charts = [], []
     for host, site in sites.items():
@@ -197,11 +204,12 @@ def report_html(report: dict[str, Any]) -> str:
         )
         x, bars = 0.0, []
         for key, label, colour in CHART_PARTS:
-            width = 600 * site[key] / widest
-            if width:
+            count = counts[host][key]
+            width = 600 * count / widest
+            if width > 0:
                 bars.append(
                     f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="24" '
-                    f'fill="{colour}"><title>{label}: {site[key]}</title></rect>'
+                    f'fill="{colour}"><title>{label}: {count}</title></rect>'
                 )
             x += width
         charts.append(
