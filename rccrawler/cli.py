@@ -129,9 +129,12 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
 
 
 def with_default_command(argv: Sequence[str]) -> list[str]:
-    """``rccrawler --config FILE`` means ``rccrawler crawl --config FILE`` (SPEC §3)."""
+    """``rccrawler --config FILE`` means ``rccrawler crawl --config FILE`` (SPEC §3).
+
+    Only options come before an implied ``crawl``: a mistyped command is an error,
+    not the URL of a site to crawl."""
     args = list(argv)
-    if args and args[0] not in COMMANDS and args[0] not in ("-h", "--help", "--version"):
+    if args and args[0].startswith("-") and args[0] not in ("-h", "--help", "--version"):
         args.insert(0, "crawl")
     return args
 

@@ -13,12 +13,14 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from test_postgres import PG_URL, needs_postgres
 from webserver import Resource, redirect
 
 from rccrawler import __version__
@@ -282,6 +284,8 @@ def test_version_and_subcommand_help():
         assert re.search(rf"^\s+{name}\s", top.stdout, re.M), name
     bad = subprocess.run(command("status"), capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert bad.returncode == 2 and "--config" in bad.stderr
+    typo = subprocess.run(command("statsu"), capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert typo.returncode == 2 and "invalid choice: 'statsu'" in typo.stderr
 
 
 def test_quick_crawl_of_urls_needs_no_settings_file(serve, tmp_path):
@@ -478,3 +482,31 @@ def test_elapsed_leaves_out_the_time_the_crawl_was_stopped(tmp_path):
     # A run killed without its end counts until the next one began.
     (tmp_path / "runs.log").write_text("start 10\nstart 20\nend 25\n")
     assert log.intervals(now=30.0) == [(10.0, 20.0), (20.0, 25.0)]
+
+
+@pytest.mark.parametrize(
+    "storage", ["sqlite", pytest.param(PG_URL, marks=needs_postgres, id="postgresql")]
+)
+def test_export_then_fresh_on_every_backend(serve, tmp_path, storage):
+    server = serve({"a.test": small_site()})
+    name = f"honest-{uuid.uuid4().hex}"
+    write_settings(tmp_path, server, storage=storage, name=name, output_dir=".")
+    try:
+        assert cli("--config", "settings.yaml", "-q", cwd=tmp_path).returncode == 0
+        for own in OWN_FILES:
+            (tmp_path / own).unlink()
+        export = cli("export", "--config", "settings.yaml", cwd=tmp_path)
+        assert export.returncode == 0, export.stderr
+        assert "exported the finished crawl" in export.stdout
+        assert len(read_csv(tmp_path / "a.test.nodes.csv")) == 2
+        (tmp_path / "notes.txt").write_text("mine")
+        fresh = cli("--config", "settings.yaml", "--fresh", "-q", cwd=tmp_path)
+        assert fresh.returncode == 0, fresh.stderr
+        assert (tmp_path / "notes.txt").read_text() == "mine"
+        assert json.loads((tmp_path / "report.json").read_text())["runs"] == 1
+        assert [hit.path for hit in server.hits_for("a.test")].count("/b") == 2
+    finally:
+        if storage != "sqlite":
+            from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+            PostgresDataManager.drop(PG_URL, schema_for(name))
