@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -510,3 +511,20 @@ def test_export_then_fresh_on_every_backend(serve, tmp_path, storage):
             from rccrawler.data.postgres import PostgresDataManager, schema_for
 
             PostgresDataManager.drop(PG_URL, schema_for(name))
+
+
+def test_a_second_interrupt_stops_at_once_with_130(serve, tmp_path):
+    """The first Ctrl-C waits for the download in flight (a slow page here); a second
+    one ends the process at once, with 130."""
+    server = serve({"a.test": {"/": Resource(b"<a href='/slow'>s</a>"),
+                               "/slow": Resource(b"late", delay=5.0)}})  # fmt: skip
+    write_settings(tmp_path, server, crawl={"timeout_s": 30})
+    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
+        wait_until(lambda: "/slow" in [hit.path for hit in server.hits_for("a.test")], proc)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while proc.poll() is None:  # signals sent at once may merge into one: repeat
+            assert time.monotonic() < deadline
+            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=0.05)
+    assert proc.returncode == 130
