@@ -4,6 +4,7 @@ search | words | serve | demo (SPEC §3)."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -13,6 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
+from rccrawler.safetext import (
+    TerminalSafeFormatter,
+    TerminalSafeLogRecord,
+    json_terminal_safe,
+    terminal_safe,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,6 +45,8 @@ EXIT_CODES = """exit codes:
   1    some site failed entirely (unreachable, robots.txt 5xx) or writing output failed
   2    usage, settings or state error (nothing crawled or written)
   130  interrupted twice (Ctrl-C, Ctrl-C)"""
+_STATE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR,
+                 errno.ENOENT)  # fmt: skip
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -119,9 +128,13 @@ def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
         file_handler = logging.FileHandler(log_file, encoding="utf-8")
         file_handler.setLevel(file_level)
         handlers.append(file_handler)
+    # Messages carry crawled text: escape control characters for every handler.
+    logging.setLogRecordFactory(TerminalSafeLogRecord)
+    formatter = TerminalSafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
     logging.basicConfig(
         level=min(terminal_level, file_level) if log_file else terminal_level,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         handlers=handlers,
         force=True,
     )
@@ -185,6 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StateError as exc:
         print(f"rccrawler: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        # A read-only or broken state or output folder (--fresh, stop): a state error.
+        if exc.errno not in _STATE_ERRNOS:
+            raise
+        print(f"rccrawler: cannot write {exc.filename or 'the state'}: {exc.strerror}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
 
 
 def crawl_command(config: str, *, fresh: bool, tui: bool | None = None) -> int:
@@ -244,8 +264,10 @@ def start_crawl(
     tui: bool | None = None,
 ) -> int:
     """Build the crawl's manager, discard its own files first with ``--fresh``, run it."""
+    from rccrawler.config import check_writable_dirs
     from rccrawler.fresh import start_fresh
 
+    check_writable_dirs(settings)
     manager = manager_cls(settings)
     if fresh:
         start_fresh(manager)  # refused (StateError, exit 2) while the crawl runs
@@ -309,12 +331,12 @@ def crawl_outcome(manager: ApplicationManager) -> int:
     if failed:
         total = len(manager.settings.sites)
         sites = "; ".join(f"{host} ({why})" for host, why in failed.items())
-        print(f"rccrawler: {len(failed)} of {total} sites failed, nothing fetched: {sites}",
-              file=sys.stderr)  # fmt: skip
+        print(terminal_safe(f"rccrawler: {len(failed)} of {total} sites failed, nothing "
+                            f"fetched: {sites}"), file=sys.stderr)  # fmt: skip
         code = EXIT_FAILED
     if manager.unload_failures:
-        print(f"rccrawler: writing the output failed ({', '.join(manager.unload_failures)}); "
-              "the log says why", file=sys.stderr)  # fmt: skip
+        print(terminal_safe(f"rccrawler: writing the output failed: "
+                            f"{'; '.join(manager.unload_failures)}"), file=sys.stderr)  # fmt: skip
         code = EXIT_FAILED
     return code
 
@@ -339,11 +361,11 @@ def print_summary(
     sites = report.get("sites", {})
     assert isinstance(sites, dict)
     for host, site in sites.items():
-        print(
+        print(terminal_safe(
             f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
             f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
             f"{site['elapsed_s']} s — {site['stop_reason']}"
-        )
+        ))  # fmt: skip
     print(f"results in {manager.settings.output_dir}")
 
 
@@ -405,10 +427,10 @@ def status_command(config: str, *, as_json: bool) -> int:
         "  stop reason"
     )
     for row in rows:
-        print(
+        print(terminal_safe(
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
             f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
-        )
+        ))  # fmt: skip
     return EXIT_OK
 
 
@@ -435,12 +457,14 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
               "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     for rank, hit in enumerate(hits, 1):
+        # Titles, URLs and snippets are crawled text (terminal_safe).
         if as_json:
-            print(json.dumps(hit, ensure_ascii=False))
+            print(json_terminal_safe(json.dumps(hit, ensure_ascii=False)))
         else:
-            print(f"{rank}. {hit['title']}  ({hit['score']})\n   {hit['url']}")
+            print(f"{rank}. {terminal_safe(str(hit['title']))}  ({hit['score']})\n"
+                  f"   {terminal_safe(str(hit['url']))}")  # fmt: skip
             if hit.get("summary"):
-                print(f"   {hit['summary']}")
+                print(f"   {terminal_safe(str(hit['summary']))}")
     if not hits and not as_json:
         print("no hits")
     return EXIT_OK

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -40,6 +42,17 @@ class CrawlSettings:
     max_redirects: int = 10
     add_trailing_slash: bool = False
     ip_to_domain: bool = False
+    max_crawl_delay_ms: int = 60_000
+    """A robots.txt Crawl-delay above this is capped to it, with a warning (SPEC §5.8)."""
+    max_links_per_page: int = 10_000
+    """Links kept from one page (document order); the rest are cut and the page is truncated."""
+    max_html_depth: int = 512
+    """Element nesting kept by the link parser; deeper markup is cut and the page truncated."""
+    max_url_length: int = 2048
+    """A found URL longer than this is not crawled (reason ``too_long``): it ends traps that
+    grow a path or a query string with every page."""
+    max_query_variants: int = 1000
+    """Distinct query strings crawled per host and path; more are skipped (``too_many_queries``)."""
 
     @property
     def normalize_options(self) -> NormalizeOptions:
@@ -102,7 +115,44 @@ _CRAWL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "max_redirects": ((int,), "a whole number >= 0"),
     "add_trailing_slash": ((bool,), "true or false"),
     "ip_to_domain": ((bool,), "true or false"),
+    "max_crawl_delay_ms": ((int, float), "a number of milliseconds >= 0"),
+    "max_links_per_page": ((int,), "a whole number >= 1"),
+    "max_html_depth": ((int,), "a whole number >= 16"),
+    "max_url_length": ((int,), "a whole number >= 256"),
+    "max_query_variants": ((int,), "a whole number >= 1"),
 }
+
+MAX_INT = 2**53
+"""No count or size in settings is larger: beyond it numbers lose precision as floats."""
+MAX_TIMEOUT_S = 86_400.0
+MAX_DELAY_MS = 86_400_000
+"""A day: a longer per-host delay would not end a crawl in any useful time."""
+_LOWER_BOUNDS = {
+    "max_depth": 0, "max_pages": 0, "crawl_delay_ms": 0, "max_redirects": 0,
+    "max_crawl_delay_ms": 0, "max_downloads_at_time": 1, "max_download_attempts": 1,
+    "max_body_bytes": 1, "max_links_per_page": 1, "max_html_depth": 16,
+    "max_url_length": 256, "max_query_variants": 1,
+}  # fmt: skip
+
+
+def machine_limits() -> dict[str, int]:
+    """Upper bounds that come from what this machine can hold.
+
+    * threads: each one may hold a socket and a file, so at most a quarter of the open
+      file limit, and never more than 4096 (each reserves a stack);
+    * ``max_body_bytes``: every downloading thread may hold one body at once, so one body
+      may use at most a sixteenth of the physical memory.
+    """
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    files = soft if soft != resource.RLIM_INFINITY else 65_536
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 4 * 2**30
+    return {"threads": max(4, min(4096, files // 4)), "max_body_bytes": max(2**20, memory // 16)}
+
 
 _TOP_KEYS = {
     "manager", "sites", "state_dir", "output_dir", "threads", "crawl", "storage", "parser",
@@ -116,6 +166,17 @@ def _check_type(key: str, value: object, types: tuple[type, ...], what: str) -> 
         raise ConfigError(key, f"must be {what}, not a boolean")
     if not isinstance(value, types):
         raise ConfigError(key, f"must be {what}, not {type(value).__name__} {value!r}")
+    # YAML reads .inf and .nan as floats; no setting means either (SPEC §4).
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"must be {what}, not {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise ConfigError(key, f"must be {what}, not a number this large")
+
+
+def _check_header_text(key: str, value: str) -> None:
+    """A value sent in a request header: CR/LF would start a header of the site's choosing."""
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
+        raise ConfigError(key, "must not contain control characters (CR, LF, tab...)")
 
 
 def _crawl_settings(raw: object) -> CrawlSettings:
@@ -131,14 +192,24 @@ def _crawl_settings(raw: object) -> CrawlSettings:
         types, what = _CRAWL_KEYS[key]
         _check_type(dotted, value, types, what)
         values["from_" if key == "from" else key] = value
-    for key in ("max_depth", "max_pages", "crawl_delay_ms", "max_redirects"):
-        if values.get(key, 0) < 0:
-            raise ConfigError(f"crawl.{key}", "must be >= 0")
-    for key in ("max_downloads_at_time", "max_download_attempts", "max_body_bytes"):
-        if values.get(key, 1) < 1:
-            raise ConfigError(f"crawl.{key}", "must be >= 1")
+    for key, low in _LOWER_BOUNDS.items():
+        if values.get(key, low) < low:
+            raise ConfigError(f"crawl.{key}", f"must be >= {low}")
     if values.get("timeout_s", 1) <= 0:
         raise ConfigError("crawl.timeout_s", "must be > 0")
+    if values.get("timeout_s", 1) > MAX_TIMEOUT_S:
+        raise ConfigError("crawl.timeout_s", f"must be <= {MAX_TIMEOUT_S:.0f} (a day)")
+    for key in ("crawl_delay_ms", "max_crawl_delay_ms"):
+        if values.get(key, 0) > MAX_DELAY_MS:
+            raise ConfigError(f"crawl.{key}", f"must be <= {MAX_DELAY_MS} (a day)")
+    body_limit = machine_limits()["max_body_bytes"]
+    if values.get("max_body_bytes", 1) > body_limit:
+        raise ConfigError(
+            "crawl.max_body_bytes", f"must be <= {body_limit} (1/16 of this machine's memory)"
+        )
+    for key in ("user_agent", "from"):
+        if key in values or (key == "from" and "from_" in values):
+            _check_header_text(f"crawl.{key}", values["from_" if key == "from" else key])
     if "include" in values:
         if not all(isinstance(item, str) and item for item in values["include"]):
             raise ConfigError("crawl.include", "must be a list of non-empty strings")
@@ -153,11 +224,24 @@ def _crawl_settings(raw: object) -> CrawlSettings:
                 raise ConfigError(f"crawl.resolve.{name}", "ports must be numbers")
         values["resolve"] = {k.lower(): v for k, v in values["resolve"].items()}
     proxy = values.get("proxy")
-    if proxy is not None and not proxy.startswith(("http://", "https://")):
-        raise ConfigError("crawl.proxy", "must be an http:// or https:// proxy URL")
+    if proxy is not None:
+        _check_proxy(proxy)
     if "user_agent" in values and not values["user_agent"].strip():
         raise ConfigError("crawl.user_agent", "must not be empty")
     return CrawlSettings(**values)
+
+
+def _check_proxy(proxy: str) -> None:
+    what = "must be an http:// or https:// proxy URL like http://host:port"
+    if not proxy.startswith(("http://", "https://")) or any(c.isspace() for c in proxy):
+        raise ConfigError("crawl.proxy", what)
+    try:
+        parts = urlsplit(proxy)
+        _ = parts.port  # raises for a port that is not a number
+    except ValueError as exc:
+        raise ConfigError("crawl.proxy", f"{what} ({exc})") from exc
+    if not parts.hostname:
+        raise ConfigError("crawl.proxy", f"{what} (no host)")
 
 
 def _sites(raw: object) -> tuple[str, ...]:
@@ -224,6 +308,11 @@ def settings_from_mapping(
         _check_type(f"threads.{key}", value, (int,), "a whole number >= 1")
         if value < 1:
             raise ConfigError(f"threads.{key}", "must be >= 1")
+        most = machine_limits()["threads"]
+        if value > most:
+            raise ConfigError(
+                f"threads.{key}", f"must be <= {most} (from this machine's open-file limit)"
+            )
     storage = raw.get("storage", "sqlite")
     if not isinstance(storage, str) or not (
         storage == "sqlite" or storage.startswith(("postgresql://", "postgres://"))
@@ -275,6 +364,10 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError("--config", f"no such file: {path}") from exc
     except OSError as exc:
         raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            "--config", f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x})"
+        ) from exc
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -286,3 +379,28 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("settings", f"{path} must hold a YAML mapping of keys")
     return raw
+
+
+def check_writable_dirs(settings: Settings) -> None:
+    """Fail before a crawl starts when ``output_dir`` or ``state_dir`` cannot be written.
+
+    Nothing is created here: a folder that exists must be a writable folder, and one
+    that does not must have a writable folder as its nearest existing parent (so the
+    crawl can create it). Reading commands (status, search) do not call this.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    for key, path in (("state_dir", settings.state_dir), ("output_dir", settings.output_dir)):
+        if key == "state_dir" and settings.storage != "sqlite" and not path.exists():
+            continue  # only a name for the shared schema (SPEC §9) until a lock is taken
+        target = path.absolute()
+        while not target.exists() and target != target.parent:
+            if target.is_symlink():  # a dangling link
+                raise ConfigError(key, f"{path} is a broken symbolic link")
+            target = target.parent
+        if not target.is_dir():
+            where = "" if target == path.absolute() else f" (in the way: {target})"
+            raise ConfigError(key, f"{path} is not a directory{where}")
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise ConfigError(key, f"{target} is not writable")

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import functools
+import heapq
+import itertools
 import logging
+import socket
 import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from http.cookiejar import CookieJar, DefaultCookiePolicy
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import urllib3
+import urllib3.connection
+from publicsuffixlist import PublicSuffixList
 from urllib3.exceptions import (
     ConnectTimeoutError,
     DecodeError,
     HTTPError,
     InsecureRequestWarning,
     LocationParseError,
+    NameResolutionError,
     NewConnectionError,
     ProtocolError,
     ProxyError,
@@ -28,14 +36,18 @@ from urllib3.exceptions import (
     SSLError,
 )
 
+from rccrawler.exceptions import FetchError
 from rccrawler.records import DownloadResult
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
-
 logger = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024
+
+ERROR_KINDS = ("timeout", "connection_refused", "dns", "tls", "connection", "proxy",
+               "decode", "bad_url", "http")  # fmt: skip
+"""The transport error names a page can end with (README "Error kinds"); stable."""
 
 
 def _accept_encoding() -> str:
@@ -89,14 +101,308 @@ def referer_header(referer: str, url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
 
 
-def rfc6265_cookie_policy() -> DefaultCookiePolicy:
-    """The standard library's cookie rules, tightened where RFC 6265 is stricter.
+MAX_COOKIES_PER_DOMAIN = 50
+"""Cookies kept per cookie domain; browsers cap near 50 (RFC 6265 §6.1 asks for at least 50)."""
+MAX_COOKIES = 3000
+"""Cookies kept in the whole jar (RFC 6265 §6.1 asks for at least 3000)."""
+MAX_COOKIE_BYTES = 4096
+"""Name + value + attributes of one cookie, as browsers cap it (RFC 6265 §6.1)."""
+MAX_COOKIE_HEADER_BYTES = 4096
+"""A Cookie request header never grows past this: the most specific cookies are sent,
+the rest left out, so a site that sets many cannot make every later request fail (431)."""
 
-    http.cookiejar's default (Netscape) policy sends a cookie set without ``Domain``
-    to subdomains too; RFC 6265 §5.3 makes such a cookie host-only. Domain matching,
-    path matching, ``Secure`` and expiry (``Max-Age``, ``Expires``) are the jar's own.
+
+@functools.cache
+def _public_suffixes() -> PublicSuffixList:
+    """The Public Suffix List as the ``publicsuffixlist`` package ships it (loaded once)."""
+    return PublicSuffixList()
+
+
+def is_public_suffix(domain: str) -> bool:
+    """Whether ``domain`` is a public suffix (``co.uk``, ``github.io``): no site owns it."""
+    domain = domain.strip(".").lower()
+    return bool(domain) and bool(_public_suffixes().is_public(domain))
+
+
+class CrawlerCookiePolicy(DefaultCookiePolicy):
+    """The standard library's cookie rules, tightened where RFC 6265 and browsers are stricter.
+
+    * http.cookiejar's default (Netscape) policy sends a cookie set without ``Domain``
+      to subdomains too; RFC 6265 §5.3 makes such a cookie host-only.
+    * ``Domain=`` a public suffix (``co.uk``, ``github.io``) is refused (RFC 6265 §5.3
+      step 5), unless it is the request host itself: otherwise one site would set
+      cookies for every other site under that suffix.
+    * A cookie over :data:`MAX_COOKIE_BYTES` is refused, and so is a new one once its
+      domain holds :data:`MAX_COOKIES_PER_DOMAIN` or the jar :data:`MAX_COOKIES`
+      (replacing a cookie already kept is always allowed).
+
+    Domain and path matching, ``Secure`` and expiry stay the jar's own.
+
+    Args:
+        jar: the jar this policy guards, to count what it holds.
     """
-    return DefaultCookiePolicy(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+
+    def __init__(self, jar: CookieJar) -> None:
+        super().__init__(strict_ns_domain=DefaultCookiePolicy.DomainStrictNonDomain)
+        self.jar = jar
+
+    def set_ok(self, cookie: Cookie, request: urllib.request.Request) -> bool:
+        if not super().set_ok(cookie, request):
+            return False
+        size = len(cookie.name) + len(cookie.value or "") + len(cookie.path) + len(cookie.domain)
+        if size > MAX_COOKIE_BYTES:
+            logger.debug("cookie %s refused: %d bytes", cookie.name, size)
+            return False
+        domain = cookie.domain.lstrip(".").lower()
+        if cookie.domain_specified and is_public_suffix(domain):
+            host = (urlsplit(request.get_full_url()).hostname or "").lower().rstrip(".")
+            if host != domain:
+                logger.debug("cookie %s refused: Domain=%s is a public suffix", cookie.name, domain)
+                return False
+        total = in_domain = 0
+        for kept in self.jar:
+            if (kept.domain, kept.path, kept.name) == (cookie.domain, cookie.path, cookie.name):
+                return True  # a replacement never grows the jar
+            total += 1
+            in_domain += kept.domain.lstrip(".").lower() == domain
+        if in_domain >= MAX_COOKIES_PER_DOMAIN or total >= MAX_COOKIES:
+            logger.debug("cookie %s refused: the jar is full for %s", cookie.name, domain)
+            return False
+        return True
+
+
+def cap_cookie_header(value: str, limit: int = MAX_COOKIE_HEADER_BYTES) -> str:
+    """``value`` cut at a cookie boundary so that it holds at most ``limit`` bytes.
+
+    The jar lists the most specific (longest path) cookies first, so those are kept.
+    """
+    if len(value.encode("utf-8", "replace")) <= limit:
+        return value
+    kept: list[str] = []
+    size = 0
+    for pair in value.split("; "):
+        cost = len(pair.encode("utf-8", "replace")) + (2 if kept else 0)
+        if size + cost > limit:
+            continue  # a smaller cookie further on may still fit
+        kept.append(pair)
+        size += cost
+    return "; ".join(kept)
+
+
+def location_text(raw: str) -> str:
+    """A Location header as the server meant it.
+
+    http.client decodes header bytes as latin-1, but servers send non-ASCII URLs as
+    UTF-8 (as browsers read them); re-reading those bytes as UTF-8 keeps ``/café`` from
+    becoming ``/cafÃ©``, percent-encoded twice. Bytes that are not UTF-8 stay latin-1.
+    """
+    if raw.isascii():
+        return raw
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return raw
+
+
+def request_deadline(timeout_s: float) -> float:
+    """Seconds one whole request (connect, headers, body) may take: ``2 × timeout_s``.
+
+    ``timeout_s`` bounds each wait (connecting, and each read), which a server that
+    drips one byte at a time never trips; this bounds their sum (README, crawl.timeout_s).
+    """
+    return 2.0 * timeout_s
+
+
+def transport_error(exc: Exception) -> FetchError:
+    """The FetchError kind of a transport exception (README "Error kinds").
+
+    Order matters: urllib3's NameResolutionError is a NewConnectionError, which is
+    a ConnectTimeoutError, so the most specific classes are tested first.
+    """
+    if isinstance(exc, FetchError):
+        return exc
+    text = str(exc)
+    if isinstance(exc, NameResolutionError):
+        return FetchError("dns", text, retryable=True)
+    if isinstance(exc, NewConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ConnectionRefusedError):
+            return FetchError("connection_refused", text, retryable=True)
+        if isinstance(cause, socket.gaierror):
+            return FetchError("dns", text, retryable=True)
+        return FetchError("connection", text, retryable=True)
+    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
+        return FetchError("timeout", text, retryable=True)
+    if isinstance(exc, SSLError):
+        return FetchError("tls", text, retryable=False)
+    if isinstance(exc, DecodeError):
+        return FetchError("decode", text, retryable=False)
+    if isinstance(exc, ProxyError):
+        return FetchError("proxy", text, retryable=True)
+    if isinstance(exc, ProtocolError):
+        return FetchError("connection", text, retryable=True)
+    if isinstance(exc, LocationParseError):
+        return FetchError("bad_url", text, retryable=False)
+    if isinstance(exc, HTTPError):
+        return FetchError("http", text, retryable=True)
+    if isinstance(exc, (OSError, ValueError)):
+        return FetchError("connection", text, retryable=True)
+    raise exc
+
+
+# -- the request deadline: a watchdog that shuts sockets down ----------------------
+
+
+@dataclass(eq=False)
+class _Deadline:
+    """One request's deadline and the sockets it has used so far."""
+
+    at: float
+    sockets: list[socket.socket] = field(default_factory=list)
+    expired: bool = False
+    done: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sockets.append(sock)
+            expired = self.expired
+        if expired:  # the deadline passed while connecting: cut at once
+            _shut(sock)
+
+    def finish(self) -> None:
+        with self.lock:
+            self.done = True
+            self.sockets.clear()
+
+    def expire(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.expired = True
+            sockets = list(self.sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown(), not close(): the reading thread still owns the descriptor, and a
+    # closed number could be reused by another thread's new socket. The plain socket
+    # method also works on an SSLSocket without touching its TLS state.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """One thread that ends requests whose deadline passed, by shutting their sockets.
+
+    Checking the clock between reads cannot stop a server that sends one byte just
+    before each read timeout: the read never returns. Shutting the socket down from
+    another thread makes that blocked read return at once, whatever the server does.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._heap: list[tuple[float, int, _Deadline]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def watch(self, deadline: _Deadline) -> None:
+        with self._wake:
+            heapq.heappush(self._heap, (deadline.at, next(self._order), deadline))
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._run, name="fetch-deadlines", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._heap.clear()
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and (not self._heap or self._heap[0][0] > self.clock()):
+                    wait = self._heap[0][0] - self.clock() if self._heap else None
+                    self._wake.wait(wait)
+                if self._closed:
+                    return
+                _, _, due = heapq.heappop(self._heap)
+            due.expire()
+
+
+@contextlib.contextmanager
+def _deadline_scope(watchdog: _Watchdog, at: float) -> Iterator[_Deadline]:
+    """Make ``at`` the deadline of every socket this thread uses inside the block."""
+    deadline = _Deadline(at)
+    _current.deadline = deadline
+    watchdog.watch(deadline)
+    try:
+        yield deadline
+    finally:
+        _current.deadline = None
+        deadline.finish()
+
+
+_current = threading.local()
+"""The deadline of the request this thread is making (read by the connections below)."""
+
+
+def _attach(sock: socket.socket | None) -> None:
+    deadline: _Deadline | None = getattr(_current, "deadline", None)
+    if deadline is not None and sock is not None:
+        deadline.attach(sock)
+
+
+class _GuardedMixin:
+    """Hands every socket a connection uses to the current request's deadline.
+
+    ``sock`` is a property so that both the plain socket (set before the TLS handshake,
+    which a server can drip too) and the wrapped one are seen, whatever urllib3 does
+    in between; a kept-alive connection reports its socket at each new request.
+    """
+
+    _guarded_sock: socket.socket | None = None
+
+    @property
+    def sock(self) -> socket.socket | None:
+        return self._guarded_sock
+
+    @sock.setter
+    def sock(self, value: socket.socket | None) -> None:
+        self._guarded_sock = value
+        _attach(value)
+
+    def request(self, *args: object, **kwargs: object) -> None:
+        _attach(self._guarded_sock)
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+
+class _GuardedHTTPConnection(_GuardedMixin, urllib3.connection.HTTPConnection):
+    pass
+
+
+class _GuardedHTTPSConnection(_GuardedMixin, urllib3.connection.HTTPSConnection):
+    pass
+
+
+class _GuardedHTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
+_GUARDED_POOLS = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
 
 
 class Fetcher:
@@ -129,7 +435,7 @@ class Fetcher:
         """Held around every use of the jar; hold it to serialize the jar consistently."""
         self.on_cookies_changed = on_cookies_changed
         if self.cookie_jar is not None:
-            self.cookie_jar.set_policy(rfc6265_cookie_policy())
+            self.cookie_jar.set_policy(CrawlerCookiePolicy(self.cookie_jar))
         self.timeout = urllib3.Timeout(connect=settings.timeout_s, read=settings.timeout_s)
         self.resolve = dict(settings.resolve)
         headers = {
@@ -164,8 +470,13 @@ class Fetcher:
             )
         else:
             self.pool = urllib3.PoolManager(**pool_kwargs)  # type: ignore[arg-type]
+        # Our connection classes report their sockets to the request's deadline.
+        self.pool.pool_classes_by_scheme = _GUARDED_POOLS
+        self.request_deadline_s = request_deadline(settings.timeout_s)
+        self.watchdog = _Watchdog()
 
     def close(self) -> None:
+        self.watchdog.close()
         self.pool.clear()
 
     def get(
@@ -184,13 +495,15 @@ class Fetcher:
         Raises:
             FetchError: a transport failure, with whether to retry.
         """
-        from rccrawler.exceptions import FetchError
-
         max_bytes = self.settings.max_body_bytes if max_bytes is None else max_bytes
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        host = (parts.hostname or "").lower()
-        port = parts.port or (443 if scheme == "https" else 80)
+        try:
+            parts = urlsplit(url)
+            scheme = parts.scheme.lower()
+            # "a.test." is "a.test" (the root label): it must not slip past crawl.resolve.
+            host = (parts.hostname or "").lower().rstrip(".")
+            port = parts.port or (443 if scheme == "https" else 80)
+        except ValueError as exc:  # "http://[::1", a port that is not a number
+            raise FetchError("bad_url", str(exc), retryable=False) from exc
         headers = dict(self.headers)
         referer = referer_header(referer, url)
         if referer:
@@ -203,7 +516,43 @@ class Fetcher:
         if parts.query:
             target += "?" + parts.query
         started = time.monotonic()
-        deadline = started + 2 * self.settings.timeout_s
+        with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
+            try:
+                resp, body, truncated, wire = self._send(
+                    url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send
+                )
+            except FetchError as exc:
+                if deadline.expired:
+                    raise FetchError("timeout", f"{url}: over the request deadline",
+                                     retryable=True) from exc  # fmt: skip
+                raise
+            if deadline.expired:  # a body without a length just ends when cut
+                raise FetchError("timeout", f"{url}: over the request deadline", retryable=True)
+        response_headers = {k.lower(): v for k, v in resp.headers.items()}
+        if self.cookie_jar is not None:
+            self._store_cookies(url, resp.headers)
+        return Response(
+            status=resp.status,
+            headers=response_headers,
+            body=body,
+            truncated=truncated,
+            elapsed=time.monotonic() - started,
+            wire_bytes=wire,
+        )
+
+    def _send(
+        self,
+        url: str,
+        netloc: str,
+        scheme: str,
+        host: str,
+        port: int,
+        target: str,
+        headers: dict[str, str],
+        max_bytes: int,
+        on_send: Callable[[], None] | None,
+    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool, int]:
+        """Send the request and read the body; transport failures become FetchError."""
         try:
             if on_send is not None:
                 on_send()
@@ -212,7 +561,7 @@ class Fetcher:
                 # Connect to the mapped address, but speak to the named host: Host
                 # header, SNI and the certificate check all use the name (curl --resolve).
                 ip, _, mapped_port = mapped.rpartition(":")
-                headers["Host"] = parts.netloc.rsplit("@", 1)[-1]
+                headers["Host"] = netloc.rsplit("@", 1)[-1]
                 pool_kwargs = {"server_hostname": host} if scheme == "https" else None
                 if scheme == "https" and self.settings.verify_tls:
                     pool_kwargs = {"server_hostname": host, "assert_hostname": host}
@@ -238,8 +587,6 @@ class Fetcher:
                     if size > max_bytes:
                         truncated = True
                         break
-                    if time.monotonic() > deadline:
-                        raise FetchError("timeout", f"body of {url} too slow", retryable=True)
                 body = b"".join(chunks)
                 if truncated:
                     body = body[:max_bytes]
@@ -248,40 +595,14 @@ class Fetcher:
                 if truncated or not resp.closed:
                     resp.close()  # never drain an endless or huge body
                 resp.release_conn()
-        except (ConnectTimeoutError, ReadTimeoutError) as exc:
-            raise FetchError("timeout", str(exc), retryable=True) from exc
-        except SSLError as exc:
-            raise FetchError("tls", str(exc), retryable=False) from exc
-        except DecodeError as exc:
-            raise FetchError("decode", str(exc), retryable=False) from exc
-        except (NewConnectionError, ProxyError) as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        except ProtocolError as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        except LocationParseError as exc:
-            raise FetchError("bad_url", str(exc), retryable=False) from exc
-        except HTTPError as exc:
-            raise FetchError("http", str(exc), retryable=True) from exc
-        except OSError as exc:
-            raise FetchError("connection", str(exc), retryable=True) from exc
-        response_headers = {k.lower(): v for k, v in resp.headers.items()}
-        if self.cookie_jar is not None:
-            self._store_cookies(url, resp.headers)
-        return Response(
-            status=resp.status,
-            headers=response_headers,
-            body=body,
-            truncated=truncated,
-            elapsed=time.monotonic() - started,
-            wire_bytes=wire,
-        )
+        except Exception as exc:
+            raise transport_error(exc) from exc
+        return resp, body, truncated, wire
 
     def download(
         self, url: str, *, referer: str = "", on_send: Callable[[], None] | None = None
     ) -> DownloadResult:
         """GET ``url`` and describe the outcome as a DownloadResult (errors are data)."""
-        from rccrawler.exceptions import FetchError
-
         try:
             response = self.get(url, referer=referer, on_send=on_send)
         except FetchError as exc:
@@ -292,10 +613,17 @@ class Fetcher:
             return DownloadResult(error=exc.kind, retryable=exc.retryable)
         location = ""
         if 300 <= response.status < 400:
-            location = response.headers.get("location", "").strip()
+            location = location_text(response.headers.get("location", "")).strip()
         retry_after = None
         if response.status in (429, 503):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
+            cap = self.settings.max_crawl_delay_ms / 1000.0
+            if retry_after is not None and retry_after > cap:
+                # The same ceiling as robots.txt's Crawl-delay: "come back in a year"
+                # must not keep the site (and so the crawl) from ever ending.
+                logger.warning("%s: Retry-After %.0f s is capped to %g s "
+                               "(crawl.max_crawl_delay_ms)", url, retry_after, cap)  # fmt: skip
+                retry_after = cap
         return DownloadResult(
             status=response.status,
             content_type=response.headers.get("content-type", ""),
@@ -314,7 +642,7 @@ class Fetcher:
         request = urllib.request.Request(url)
         with self.cookie_lock:
             self.cookie_jar.add_cookie_header(request)
-        return request.get_header("Cookie") or ""
+        return cap_cookie_header(request.get_header("Cookie") or "")
 
     def _store_cookies(self, url: str, headers: urllib3.HTTPHeaderDict) -> None:
         assert self.cookie_jar is not None

@@ -9,7 +9,9 @@ concurrently. Two backends share one contract: lexbor (fast, via selectolax) and
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import functools
+import itertools
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -53,6 +55,11 @@ class ParsedPage:
     """Lowercased ``<meta name=robots>`` contents joined by ", " (e.g. "noindex, nofollow").
 
     Filled even with ``full=False``: a crawler needs "nofollow" before it follows links."""
+    truncated: str = ""
+    """What a parse budget cut, in words ("" when nothing was): links over ``max_links``,
+    markup nested deeper than ``max_depth`` (flattened)."""
+    first_cut_link: str = ""
+    """The first link left out by ``max_links`` (absolute), to record where the cut began."""
 
 
 # --------------------------------------------------------------------------- encodings
@@ -296,15 +303,156 @@ def _effective_base(page_url: str, base_href: str | None) -> str:
     return base
 
 
-def _resolve_links(base_url: str, hrefs: Iterable[str]) -> tuple[str, ...]:
-    """Absolute links in first-seen order; each distinct href is resolved once."""
+def _distinct(items: Iterable[str]) -> Iterator[str]:
+    """Each item once, in first-seen order, lazily."""
+    seen: set[str] = set()
+    for item in items:
+        if item not in seen:
+            seen.add(item)
+            yield item
+
+
+def _resolve_links(
+    base_url: str, hrefs: Iterable[str], max_links: int | None = None
+) -> tuple[tuple[str, ...], str]:
+    """Absolute links in first-seen order; each distinct href is resolved once.
+
+    Returns:
+        At most ``max_links`` links, and the first link left out ("" when none was).
+    """
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
     # most of the resolver calls; a second pass merges spellings that resolve alike.
-    distinct = dict.fromkeys(_clean_href(href) for href in hrefs)
+    # Both passes are lazy, so a page of a million links stops costing at the cap.
+    distinct = _distinct(map(_clean_href, hrefs))
     # An empty href is a link to the base itself (RFC 3986 §5.2.2), whatever the resolver
     # makes of it; the caller deduplicates self-links.
     resolved = (_resolve(base_url, href) if href else base_url for href in distinct)
-    return tuple(dict.fromkeys(url for url in resolved if url is not None))
+    links: dict[str, None] = {}
+    for url in resolved:
+        if url is None or url in links:
+            continue
+        if max_links is not None and len(links) >= max_links:
+            return tuple(links), url
+        links[url] = None
+    return tuple(links), ""
+
+
+# --------------------------------------------------------------------------- budgets
+
+ANCHORS_PER_LINK = 4
+"""Markup is parsed up to ``ANCHORS_PER_LINK × max_links`` ``<a`` tags: room for the
+repeats of navigation links, while a page of a million links is never built as a
+tree (about 500 bytes of memory per element)."""
+_ANCHOR = re.compile(r"<[aA][\s/>]")
+_HREF = re.compile(r"""\shref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
+
+
+def _limit_anchors(text: str, max_links: int) -> tuple[str, str]:
+    """Cut ``text`` before its ``ANCHORS_PER_LINK × max_links + 1``-th ``<a`` tag.
+
+    Returns:
+        The text to parse, and the href of the first ``<a`` cut off ("" when none was).
+    """
+    limit = ANCHORS_PER_LINK * max_links
+    if text.count("<a") + text.count("<A") <= limit:
+        return text, ""
+    found = next(itertools.islice(_ANCHOR.finditer(text), limit, None), None)
+    if found is None:
+        return text, ""
+    tag = text[found.start() : text.find(">", found.start()) + 1 or found.start() + 4096]
+    href = _HREF.search(tag)
+    first = next((g for g in href.groups() if g is not None), "") if href else ""
+    return text[: found.start()], first or "#"
+
+
+_DEPTH_SCAN_TAGS = 16_384
+"""Pages with fewer ``<`` than this are not scanned for depth: even nested all the way
+down they parse in well under 0.1 s; above it a tree builder's cost grows with depth²."""
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*?(/?)>")
+_RAW_TEXT = frozenset(("script", "style", "textarea", "title", "xmp", "iframe", "noembed",
+                       "noframes", "noscript", "plaintext"))  # fmt: skip
+# Elements that never nest (void), close themselves (optional end tags), or that the
+# tree builder never nests (<a>): they neither count for depth nor get flattened.
+_FLAT = frozenset(
+    [
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "param",
+        "source",
+        "track",
+        "wbr",
+        "keygen",
+        "p",
+        "li",
+        "dt",
+        "dd",
+        "option",
+        "optgroup",
+        "tr",
+        "td",
+        "th",
+        "tbody",
+        "thead",
+        "tfoot",
+        "rb",
+        "rt",
+        "rp",
+        "colgroup",
+        "caption",
+        "a",
+    ]
+)
+
+
+def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
+    """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
+    end tags after them) are dropped, their content kept, as Chromium's tree builder
+    does past 512. Tree builders pay depth² for deep markup (100,000 nested ``<div>``
+    took 49 s), so this bounds the parse; links and text stay.
+
+    Returns:
+        The text to parse, and how many start tags were flattened.
+    """
+    if text.count("<") <= max(_DEPTH_SCAN_TAGS, max_depth):
+        return text, 0
+    depth = excess = flattened = 0
+    pieces: list[str] = []
+    start = pos = 0
+    while (match := _TAG.search(text, pos)) is not None:
+        pos = match.end()
+        slash, name = match.group(1), match.group(2).lower()
+        if name in _FLAT or match.group(3):
+            continue
+        if slash:
+            if excess:
+                excess -= 1
+                pieces.append(text[start : match.start()])
+                start = pos
+            elif depth:
+                depth -= 1
+            continue
+        if depth >= max_depth:
+            excess += 1
+            flattened += 1
+            pieces.append(text[start : match.start()])
+            start = pos
+        else:
+            depth += 1
+        if name in _RAW_TEXT:  # its content is text: skip to its end tag
+            end = re.compile(rf"</{name}[\s/>]", re.IGNORECASE).search(text, pos)
+            pos = end.start() if end is not None else len(text)
+    if not flattened:
+        return text, 0
+    pieces.append(text[start:])
+    return "".join(pieces), flattened
 
 
 def _collapse(text: str) -> str:
@@ -352,6 +500,8 @@ def _page(
     title: str = "",
     headings: Iterable[str] = (),
     text: str = "",
+    *,
+    first_cut_link: str = "",
 ) -> ParsedPage:
     return ParsedPage(
         links=links,
@@ -362,6 +512,7 @@ def _page(
         headings=tuple(h for h in map(_collapse, headings) if h),
         text=_collapse(text),
         meta_robots=metas.robots_text,
+        first_cut_link=first_cut_link,
     )
 
 
@@ -416,7 +567,7 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
     return _namespace_step(child_ns, node)[0]
 
 
-def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
+def _parse_lexbor(text: str, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
     tree = LexborHTMLParser(text)
     # Only nodes under an <svg>/<math> can be foreign, and most pages have none there.
     foreign = tree.any_css_matches(("svg, math",))
@@ -436,14 +587,14 @@ def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
     base = next(iter(html_only("base[href]")), None)
     base_url = _effective_base(page_url, base.attributes.get("href") if base else None)
     hrefs = (node.attributes.get("href") or "" for node in html_only("a[href]"))
-    links = _resolve_links(base_url, hrefs)
+    links, cut = _resolve_links(base_url, hrefs, max_links)
 
     metas = _Metas(robots_only=not full)
     for node in tree.css("meta[name]"):
         attributes = node.attributes
         metas.add(attributes.get("name"), attributes.get("content"))
     if not full:
-        return _page(links, base_url, metas)
+        return _page(links, base_url, metas, first_cut_link=cut)
 
     title = next(iter(html_only("title")), None)
     title_text = title.text(deep=True) if title else ""
@@ -452,7 +603,7 @@ def _parse_lexbor(text: str, page_url: str, full: bool) -> ParsedPage:
     headings = [node.text(deep=True, separator=" ") for node in tree.css(",".join(_HEADINGS))]
     body = tree.body
     body_text = body.text(deep=True, separator=" ") if body is not None else ""
-    return _page(links, base_url, metas, title_text, headings, body_text)
+    return _page(links, base_url, metas, title_text, headings, body_text, first_cut_link=cut)
 
 
 # --------------------------------------------------------------------------- html5lib
@@ -506,7 +657,7 @@ def _html5lib_tree(text: str) -> Element:
     return root
 
 
-def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
+def _parse_html5lib(text: str, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
     root = _html5lib_tree(text)
     # html5lib keeps <template> contents in the tree; lexbor (and browsers) keep them out.
     in_template = {id(node) for tpl in root.iter("template") for node in tpl.iter()}
@@ -516,13 +667,14 @@ def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
 
     base = next((node for node in live("base") if "href" in node.attrib), None)
     base_url = _effective_base(page_url, base.get("href") if base is not None else None)
-    links = _resolve_links(base_url, (a.get("href", "") for a in live("a") if "href" in a.attrib))
+    hrefs = (a.get("href", "") for a in live("a") if "href" in a.attrib)
+    links, cut = _resolve_links(base_url, hrefs, max_links)
 
     metas = _Metas(robots_only=not full)
     for node in live("meta"):
         metas.add(node.get("name"), node.get("content"))
     if not full:
-        return _page(links, base_url, metas)
+        return _page(links, base_url, metas, first_cut_link=cut)
 
     title = next(live("title"), None)
     title_text = "".join(title.itertext()) if title is not None else ""
@@ -536,12 +688,12 @@ def _parse_html5lib(text: str, page_url: str, full: bool) -> ParsedPage:
     headings = [_etree_text(h) for h in root.iter() if h.tag in _HEADINGS and id(h) not in hidden]
     body = root.find("body")
     body_text = _etree_text(body) if body is not None else ""
-    return _page(links, base_url, metas, title_text, headings, body_text)
+    return _page(links, base_url, metas, title_text, headings, body_text, first_cut_link=cut)
 
 
 # --------------------------------------------------------------------------- entry point
 
-_BACKENDS: dict[str, Callable[[str, str, bool], ParsedPage]] = {
+_BACKENDS: dict[str, Callable[[str, str, bool, int | None], ParsedPage]] = {
     "lexbor": _parse_lexbor,
     "html5lib": _parse_html5lib,
 }
@@ -554,6 +706,8 @@ def parse_html(
     *,
     parser: str = "lexbor",
     full: bool = False,
+    max_links: int | None = None,
+    max_depth: int | None = None,
 ) -> ParsedPage:
     """Parse a page once, with the backend ``parser`` names.
 
@@ -564,6 +718,8 @@ def parse_html(
         parser: one of :data:`PARSERS`.
         full: False fills only ``links``, ``base_url`` and ``meta_robots`` (the fast path
             for the web-graph crawl); True also fills the search fields.
+        max_links: keep at most this many links (``crawl.max_links_per_page``); None = all.
+        max_depth: flatten markup nested deeper (``crawl.max_html_depth``); None = no limit.
 
     Returns:
         The page's :class:`ParsedPage`.
@@ -575,4 +731,23 @@ def parse_html(
         backend = _BACKENDS[parser]
     except KeyError:
         raise ValueError(f"unknown HTML parser {parser!r}; expected one of {PARSERS}") from None
-    return backend(decode_html(body, content_type), page_url, full)
+    text = decode_html(body, content_type)
+    flattened = 0
+    cut_href = ""
+    if max_links is not None:
+        text, cut_href = _limit_anchors(text, max_links)
+    if max_depth is not None:
+        text, flattened = _limit_nesting(text, max_depth)
+    page = backend(text, page_url, full, max_links)
+    cuts = []
+    if cut_href and not page.first_cut_link:
+        # The parse kept max_links or fewer distinct links; the cut markup began here.
+        first = _resolve(page.base_url, _clean_href(cut_href)) or ""
+        page = dataclasses.replace(page, first_cut_link=first)
+    if cut_href:
+        cuts.append(f"markup after {ANCHORS_PER_LINK * (max_links or 0)} <a> tags left out")
+    if page.first_cut_link:
+        cuts.append(f"links over {max_links} left out, from {page.first_cut_link}")
+    if flattened:
+        cuts.append(f"{flattened} elements nested deeper than {max_depth} flattened")
+    return dataclasses.replace(page, truncated="; ".join(cuts)) if cuts else page

@@ -23,12 +23,15 @@ def load_class(key: str, path: str, base: type[T]) -> type[T]:
     if not isinstance(path, str):
         raise ConfigError(key, f"must be a dotted path string, not {type(path).__name__}")
     module_name, _, name = path.rpartition(".")
-    if not module_name or not name:
-        raise ConfigError(key, f"{path!r} is not a dotted path")
+    # Every part a Python name: ".....x.Y" (a relative import) or "a..b" never imports.
+    if not module_name or not all(part.isidentifier() for part in path.split(".")):
+        raise ConfigError(key, f"{path!r} is not a dotted path like package.module.Class")
     try:
         obj = getattr(import_module(module_name), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(key, f"cannot import {path!r} ({exc})") from exc
+    except Exception as exc:  # the module itself failed while importing
+        raise ConfigError(key, f"cannot import {path!r} ({type(exc).__name__}: {exc})") from exc
     if not (isinstance(obj, type) and issubclass(obj, base)):
         raise ConfigError(key, f"{path!r} is not a {base.__name__} subclass")
     return obj

@@ -7,6 +7,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from http.cookiejar import LWPCookieJar
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
@@ -26,6 +27,7 @@ from rccrawler.runlog import RunLog
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
+from rccrawler.traps import QueryVariantLimit
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
 from rccrawler.urls import host_of, normalize_url, request_url
 
@@ -110,7 +112,7 @@ class ApplicationManager:
         self.failed_sites: dict[str, str] = {}
         """Sites of a finished crawl that fetched nothing, with why (exit code 1)."""
         self.unload_failures: list[str] = []
-        """Unloaders that raised (their class names): the crawl's exit code says so."""
+        """Output that could not be written, one line each (set by unload())."""
         self.view: Any = None
         """The live status view when one is shown (set by the command line)."""
         self.threads: list[CrawlerThread] = []
@@ -144,6 +146,8 @@ class ApplicationManager:
         self.fetcher = Fetcher(
             settings.crawl, self.cookie_jar, on_cookies_changed=self.cookies_changed
         )
+        self.query_variants = QueryVariantLimit(settings.crawl.max_query_variants)
+        """Shared by the parsing threads: the query-string trap limit (crawl.max_query_variants)."""
 
     @staticmethod
     def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:
@@ -286,8 +290,13 @@ class ApplicationManager:
     def load_cookies(self) -> None:
         if (self.state_dir / COOKIE_FILE).exists():
             try:
-                self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
-            except OSError as exc:
+                # http.cookiejar warns "bug!" with a traceback on a garbage file; the
+                # warning below says it in one line, and the crawl goes on without them.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
+            except (OSError, ValueError) as exc:
+                self.cookie_jar.clear()
                 logger.warning("cookies of the last run could not be read: %s", exc)
 
     def cookies_changed(self) -> None:
@@ -362,6 +371,8 @@ class ApplicationManager:
             self.save_cookies()
             if self.finished:
                 self.failed_sites = self.finisher.failed_sites(self.data.statistics())
+            # Of several workers sharing a crawl, one writes the files (SPEC §9).
+            if self.finished and self.data.try_elect("unload"):
                 self.unload()
             return self.finished
         finally:
@@ -413,20 +424,30 @@ class ApplicationManager:
         if alive:
             logger.warning("threads still busy after %.0f s: %s", bound, ", ".join(alive))
 
-    def unload(self) -> None:
-        """Run every ResultUnloader; a failing one is logged and the others still run."""
+    def unload(self) -> list[str]:
+        """Run every ResultUnloader; a failing one (or site) is logged and the others still run.
+
+        Returns:
+            What failed, one line each; also kept in ``unload_failures`` (exit code 1).
+        """
         try:
             self.settings.output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             logger.error("cannot write the output directory %s: %s", self.settings.output_dir, exc)
-            self.unload_failures.append("output_dir")
-            return
+            self.unload_failures.append(f"cannot write {self.settings.output_dir}: {exc}")
+            return self.unload_failures
         for cls in self.unloader_classes:
+            unloader = None
             try:
-                files = cls(self).unload()
-            except Exception:
+                unloader = cls(self)
+                files = unloader.unload()
+            except Exception as exc:
                 logger.exception("unloader %s failed", cls.__name__)
-                self.unload_failures.append(cls.__name__)
+                self.unload_failures.append(f"{cls.__name__} failed: {exc}")
                 continue
+            finally:
+                if unloader is not None:
+                    self.unload_failures += unloader.failures
             for path in files:
                 logger.info("wrote %s", path)
+        return self.unload_failures

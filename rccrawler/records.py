@@ -45,6 +45,12 @@ class SkipReason(StrEnum):
     DUPLICATE = "duplicate"
     REDIRECT_LOOP = "redirect_loop"
     ERROR = "error"
+    TRUNCATED = "truncated"
+    """The first link left out of a page over ``crawl.max_links_per_page`` (and all after it)."""
+    TOO_LONG = "too_long"
+    """Longer than ``crawl.max_url_length``."""
+    TOO_MANY_QUERIES = "too_many_queries"
+    """One more query string of a path that already has ``crawl.max_query_variants``."""
 
 
 class RobotsState(StrEnum):

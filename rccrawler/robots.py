@@ -11,7 +11,8 @@ behaviour differs from RFC 9309 where this crawler must be exact:
 * ``Disallow: /a$`` also adds a rule for the literal path ``/a$``, and ``Allow: /x/index.html``
   silently allows ``/x/`` too;
 * percent-encoding: ``%3D`` is decoded to ``=`` although ``=`` is a reserved character;
-* lines without a colon (``Disallow /x``) are read as rules; RFC 9309 makes them invalid;
+* lines without a colon are read as rules whatever their shape; we follow Google's parser,
+  which accepts ``Disallow /x`` (exactly two words) and nothing looser;
 * its rule sets are private API, so wrapping them would break on any Protego upgrade.
 
 Percent-encoding (RFC 9309 §2.2.2), applied in the same way to patterns and to URLs:
@@ -29,7 +30,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "product_token"]
+__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "product_token"]
 
 MAX_ROBOTS_BYTES = 500 * 1024
 """RFC 9309 §2.5: crawlers must parse at least 500 KiB; we parse exactly that much."""
@@ -61,6 +62,18 @@ _NORMAL = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]*")
 _TO_NORMALIZE = re.compile(r"%([0-9A-Fa-f]{2})|[^A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]")
 
 
+def cut_robots_body(body: bytes) -> bytes:
+    """The part of a robots.txt body that is read: at most :data:`MAX_ROBOTS_BYTES`.
+
+    The line the cut goes through is dropped: "Allow: /public" cut to "Allow: /pub"
+    would allow more than the site meant.
+    """
+    if len(body) <= MAX_ROBOTS_BYTES:
+        return body
+    body = body[:MAX_ROBOTS_BYTES]
+    return body[: max(body.rfind(b"\n"), body.rfind(b"\r")) + 1]
+
+
 def product_token(user_agent: str) -> str:
     """The product token of a User-Agent string, used to pick the robots.txt group.
 
@@ -84,9 +97,27 @@ def _escape_match(match: re.Match[str]) -> str:
 
 def _normalize(text: str) -> str:
     """Put percent-encoding in the one form both patterns and URLs are compared in."""
-    if _NORMAL.fullmatch(text):
-        return text
-    return _TO_NORMALIZE.sub(_escape_match, text)
+    if not _NORMAL.fullmatch(text):
+        text = _TO_NORMALIZE.sub(_escape_match, text)
+    path, question, query = text.partition("?")
+    if question and _QUERY_DELIMS.search(query):
+        # In a query, ":" "/" "?" "@" are data, and a URL may carry them raw or escaped
+        # (RFC 9309 §2.2.2's own example: "?baz=https://foo.bar" is
+        # "?baz=https%3A%2F%2Ffoo.bar"); both sides take the escaped form.
+        text = path + question + _QUERY_DELIMS.sub(_escape_delim, query)
+    return text
+
+
+_QUERY_DELIMS = re.compile(r"[:/?@]")
+_LITERAL_SPECIALS = re.compile(r"%2A|%24")
+
+
+def _escape_delim(match: re.Match[str]) -> str:
+    return f"%{ord(match.group()):02X}"
+
+
+def _unescape_special(match: re.Match[str]) -> str:
+    return "*" if match.group() == "%2A" else "$"
 
 
 @lru_cache(maxsize=_URL_CACHE_SIZE)
@@ -101,7 +132,8 @@ def _request_path(url: str) -> str:
         path = _SCHEME_AND_AUTHORITY.sub("", path, count=1)
         if not path.startswith("/"):
             path = f"/{path}"
-    return _normalize(path)
+    # A URL's "*" and "$" are plain characters, escaped or not (RFC 9309 §2.2.3).
+    return _LITERAL_SPECIALS.sub(_unescape_special, _normalize(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +157,9 @@ class _Rule:
         # Only a final "$" anchors; elsewhere it is an ordinary (reserved) character.
         anchored = normalized.endswith("$")
         body = normalized[:-1] if anchored else normalized
-        parts = body.split("*")
+        # Split on the wildcards first: "%2A" and "%24" then stand for a literal "*"
+        # and "$" in the path (RFC 9309 §2.2.3).
+        parts = [_LITERAL_SPECIALS.sub(_unescape_special, part) for part in body.split("*")]
         return cls(
             allow=allow,
             priority=len(normalized),
@@ -175,7 +209,12 @@ def _split_line(line: str) -> tuple[str, str] | None:
     line = line.partition("#")[0]
     key, colon, value = line.partition(":")
     if not colon:
-        return None
+        # Google's parser, which most sites are written against, accepts a missing colon
+        # when the line is exactly two words ("Disallow /x/"); so do we.
+        words = line.split()
+        if len(words) != 2:
+            return None
+        key, value = words
     return key.strip().lower(), value.strip()
 
 
@@ -248,8 +287,13 @@ class RobotsRules:
 
         Args:
             text: the file, decoded; a leading BOM and any line-ending style are accepted.
+                Only its first 500 KiB (as UTF-8) are read, as in :meth:`from_response`.
             user_agent: our product token, or a full User-Agent it is taken from.
         """
+        if len(text) > MAX_ROBOTS_BYTES // 4:  # may be over the cut once encoded
+            text = cut_robots_body(text.encode("utf-8", "surrogatepass")).decode(
+                "utf-8", errors="replace"
+            )
         groups, sitemaps = _read_groups(text)
         token = product_token(user_agent).lower()
         chosen = [group for group in groups if token and token in group.agents]
@@ -292,12 +336,7 @@ class RobotsRules:
             return cls.disallow_all()
         if not 200 <= status <= 299:
             return cls.allow_all()
-        if len(body) > MAX_ROBOTS_BYTES:
-            body = body[:MAX_ROBOTS_BYTES]
-            # Drop the line the cut went through: "Allow: /public" cut to "Allow: /pub"
-            # would allow more than the site meant.
-            body = body[: max(body.rfind(b"\n"), body.rfind(b"\r")) + 1]
-        return cls.parse(body.decode("utf-8", errors="replace"), user_agent)
+        return cls.parse(cut_robots_body(body).decode("utf-8", errors="replace"), user_agent)
 
     def allowed(self, url: str) -> bool:
         """Whether the URL (absolute, or a path+query) may be fetched. '/robots.txt' is always

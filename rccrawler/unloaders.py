@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import logging
@@ -16,18 +17,32 @@ from rccrawler.records import PageData, PageId, PageState
 from rccrawler.runlog import RunLog
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from rccrawler.data.base import DataManager
     from rccrawler.manager import ApplicationManager
-    from rccrawler.records import HostStats
+    from rccrawler.records import HostData, HostStats
 
 logger = logging.getLogger(__name__)
 
 
+MAX_STEM_BYTES = 150
+"""Longest file stem taken from a host name. File names may hold 255 bytes; the rest is
+room for the suffixes (``.skipped.csv``, a task's own) and atomic_write's temporary name."""
+
+
 def host_file_stem(host: str) -> str:
-    """A site's output file stem: the host, with ':' written as '_' (SPEC §8)."""
-    return host.replace(":", "_")
+    """A site's output file stem: the host, with ':' written as '_' (SPEC §8).
+
+    A host name may be 253 characters, more than a file name can hold with its suffix,
+    so a long one is cut and ends with a hash of the whole name: still readable, and
+    two long hosts that share a beginning never share a file.
+    """
+    stem = host.replace(":", "_").replace("/", "_")
+    if len(stem.encode("utf-8")) <= MAX_STEM_BYTES:
+        return stem
+    digest = hashlib.sha256(host.encode("utf-8")).hexdigest()[:16]
+    return f"{stem[: MAX_STEM_BYTES - len(digest) - 1]}-{digest}"
 
 
 def current_umask() -> int:
@@ -78,10 +93,28 @@ class ResultUnloader:
         self.manager = manager
         self.data = manager.data
         self.output_dir = manager.settings.output_dir
+        self.failures: list[str] = []
+        """One line per site whose files could not be written (the manager reports them)."""
 
     def unload(self) -> list[Path]:
         """Write the results; return the files written."""
         raise NotImplementedError
+
+    def unload_per_site(self, write: Callable[[HostData], list[Path]]) -> list[Path]:
+        """Call ``write`` for every site; one site's failure never costs the others theirs.
+
+        A failure (a full disk, a name the file system refuses) is logged and kept in
+        :attr:`failures`, so the crawl can end with exit code 1.
+        """
+        written: list[Path] = []
+        for host in self.data.hosts():
+            try:
+                written += write(host)
+            except Exception as exc:
+                problem = f"{host.host}: {type(self).__name__} failed: {exc}"
+                logger.error("%s", problem)
+                self.failures.append(problem)
+        return written
 
 
 def page_skip_reason(page: PageData) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import unquote
@@ -13,7 +14,9 @@ __all__ = [
     "NormalizeOptions",
     "host_of",
     "link_scope",
+    "named_authorities",
     "normalize_url",
+    "own_request_block",
     "request_url",
     "resolve_link",
     "site_start_url",
@@ -197,6 +200,62 @@ def link_scope(url: str, site_host: str) -> str | None:
     if host_port[0].endswith("." + _host_name(site_host)):
         return "subdomain"
     return "external"
+
+
+def own_request_block(url: str, named: frozenset[str]) -> str | None:
+    """Why the crawler must not request ``url`` on its own initiative; None when it may.
+
+    A request the crawler decides to make itself, not one a site's own link leads to
+    within its host (a robots.txt redirect, a sitemap), could be aimed by a hostile site
+    at services on the crawler's own network. It may go only to http(s), and never to a
+    loopback, link-local, private or otherwise non-public address, nor to an IP literal,
+    unless the settings name that ``host:port`` (as a site or a ``resolve:`` key).
+    Names are resolved once here; every address they give must be public.
+
+    Args:
+        url: the absolute URL about to be requested.
+        named: the ``host:port`` keys the settings name (ports always written).
+
+    Returns:
+        None, or a short reason: ``"scheme"``, ``"bad_url"``, ``"ip_literal"``,
+        ``"private_address"``, ``"dns"``.
+    """
+    scheme, authority, *_ = _split(_clean(url))
+    if scheme is None or scheme.lower() not in _DEFAULT_PORTS or authority is None:
+        return "scheme"
+    scheme = scheme.lower()
+    host_port = _split_authority(scheme, authority)
+    if host_port is None:
+        return "bad_url"
+    host, port = host_port
+    if f"{host}:{port or _DEFAULT_PORTS[scheme]}" in named:
+        return None
+    if host.startswith("[") or _IPV4.fullmatch(host) or host.isdigit():
+        return "ip_literal"
+    try:
+        infos = socket.getaddrinfo(host, int(port or _DEFAULT_PORTS[scheme]),
+                                   type=socket.SOCK_STREAM)  # fmt: skip
+    except (OSError, UnicodeError):
+        return "dns"
+    for *_rest, address in infos:
+        ip = ipaddress.ip_address(str(address[0]).partition("%")[0])
+        if not ip.is_global:
+            return "private_address"
+    return None
+
+
+def named_authorities(sites: tuple[str, ...], resolve: Mapping[str, str]) -> frozenset[str]:
+    """The ``host:port`` keys (port always written) that settings name: sites and ``resolve:``."""
+    named = set()
+    for url in (*sites, *(f"http://{key}" for key in resolve)):
+        scheme, authority, *_ = _split(_clean(url))
+        if scheme is None or authority is None or scheme.lower() not in _DEFAULT_PORTS:
+            continue
+        host_port = _split_authority(scheme.lower(), authority)
+        if host_port is not None:
+            host, port = host_port
+            named.add(f"{host}:{port or _DEFAULT_PORTS[scheme.lower()]}")
+    return frozenset(named)
 
 
 # --- helpers -------------------------------------------------------------------------------

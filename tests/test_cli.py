@@ -165,7 +165,7 @@ def fd_targets(pid: int) -> list[str]:
 
 def test_fresh_is_refused_while_the_crawl_runs_and_changes_nothing(serve, tmp_path):
     server = serve({"a.test": generated_site("a.test", 300)})
-    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
+    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 30})
     state = tmp_path / "state"
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
         wait_until(lambda: len(server.hits_for("a.test")) >= 10, proc)
@@ -240,7 +240,7 @@ def test_a_failing_unloader_exits_1_and_the_others_still_write(serve, tmp_path):
     # Run from elsewhere: the task module is found beside the settings (item 3).
     proc = cli("--config", str(conf / "settings.yaml"), "--no-tui", "-q", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "rccrawler: writing the output failed (BrokenUnloader)" in proc.stderr
+    assert "rccrawler: writing the output failed: BrokenUnloader failed: disk full" in proc.stderr
     assert (tmp_path / "out" / "report.json").exists()
 
 
@@ -357,7 +357,7 @@ def test_words_limit_and_serve_on_a_busy_port(serve, tmp_path):
 
 def test_export_writes_the_files_of_a_running_then_a_stopped_crawl(serve, tmp_path):
     server = serve({"a.test": generated_site("a.test", 300)})
-    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
+    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 30})
     nodes = tmp_path / "out" / "a.test.nodes.csv"
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
         wait_until(lambda: len(server.hits_for("a.test")) >= 20, proc)
@@ -409,7 +409,7 @@ def counting_site() -> dict[str, Resource]:
 def test_every_view_of_the_counts_agrees_after_errors_duplicates_and_a_resume(serve, tmp_path):
     site = counting_site()
     server = serve({"a.test": site})
-    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
+    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 40})
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
         wait_until(lambda: len(server.hits_for("a.test")) >= 30, proc)
         assert cli("stop", "--config", "settings.yaml", cwd=tmp_path).returncode == 0

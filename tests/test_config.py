@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from webserver import Resource
 
 from rccrawler.manager import ApplicationManager, load_settings
 
@@ -79,3 +81,106 @@ def test_missing_config_file_exits_2(tmp_path):
 def test_the_example_settings_files_are_valid(example):
     manager_cls, settings = load_settings(example)
     assert settings.sites and issubclass(manager_cls, ApplicationManager)
+
+
+# -- hostile settings (issue 15): one line, exit 2, never a traceback ------------------------
+
+HOSTILE = [
+    ({**GOOD, "manager": ".....x.Y"}, "manager"),
+    ({**GOOD, "manager": "a..b.C"}, "manager"),
+    ({**GOOD, "crawl": {"timeout_s": float("inf")}}, "crawl.timeout_s"),
+    ({**GOOD, "crawl": {"timeout_s": float("nan")}}, "crawl.timeout_s"),
+    ({**GOOD, "crawl": {"crawl_delay_ms": float("inf")}}, "crawl.crawl_delay_ms"),
+    ({**GOOD, "crawl": {"max_crawl_delay_ms": float("nan")}}, "crawl.max_crawl_delay_ms"),
+    ({**GOOD, "crawl": {"max_depth": 10**30}}, "crawl.max_depth"),
+    ({**GOOD, "crawl": {"user_agent": "bot\r\nX-Evil: 1"}}, "crawl.user_agent"),
+    ({**GOOD, "crawl": {"from": "a@b.test\nX-Evil: 1"}}, "crawl.from"),
+    ({**GOOD, "crawl": {"proxy": "http://[::1"}}, "crawl.proxy"),
+    ({**GOOD, "crawl": {"proxy": "http://host:port"}}, "crawl.proxy"),
+    ({**GOOD, "crawl": {"max_body_bytes": 2**52}}, "crawl.max_body_bytes"),
+    ({**GOOD, "crawl": {"max_links_per_page": 0}}, "crawl.max_links_per_page"),
+    ({**GOOD, "crawl": {"max_html_depth": 2}}, "crawl.max_html_depth"),
+    ({**GOOD, "threads": {"downloading": 100_000_000}}, "threads.downloading"),
+    ({**GOOD, "output_dir": "/proc/1/out"}, "output_dir"),
+]
+
+
+@pytest.mark.parametrize(("settings", "key"), HOSTILE, ids=[key for _, key in HOSTILE])
+def test_hostile_settings_exit_2_naming_the_key(tmp_path, settings, key):
+    if key == "output_dir" and os.access("/proc/1", os.W_OK):
+        pytest.skip("needs a folder this user cannot write")
+    path = tmp_path / "settings.yaml"
+    settings = {"state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
+                **settings}  # fmt: skip
+    path.write_text(yaml.safe_dump(settings))
+    proc = run_cli("--config", str(path), "--no-tui", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"rccrawler: bad config: {key}:"), lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.yaml"]
+
+
+def test_a_settings_file_that_is_not_utf8_exits_2(tmp_path):
+    path = tmp_path / "settings.yaml"
+    path.write_bytes(b'sites: [a.test]\ncrawl: {user_agent: "caf\xe9"}\n')
+    proc = run_cli("--config", str(path), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"rccrawler: bad config: --config: {path} is not UTF-8 text (byte 40: 0xe9)"
+    ]
+
+
+def test_an_output_dir_that_is_a_file_exits_2_before_any_request(tmp_path, serve):
+    server = serve({"a.test": {"/": Resource(b"<a href='/x'>x</a>")}})
+    (tmp_path / "out").write_text("my notes\n")
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({
+        "sites": ["a.test"], "state_dir": str(tmp_path / "state"),
+        "output_dir": str(tmp_path / "out" / "graph"),
+        "crawl": {"resolve": server.resolve, "crawl_delay_ms": 0},
+    }))  # fmt: skip
+    proc = run_cli("--config", str(path), "--no-tui", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"rccrawler: bad config: output_dir: {tmp_path / 'out' / 'graph'} is not a directory "
+        f"(in the way: {tmp_path / 'out'})"
+    ]
+    assert server.hits == []
+    assert (tmp_path / "out").read_text() == "my notes\n"
+    assert not (tmp_path / "state").exists()
+
+
+def test_stop_and_fresh_on_a_state_that_cannot_be_written_exit_2(tmp_path):
+    state = tmp_path / "state"
+    # Entries in the way stand for a read-only state (the tests may run as root).
+    (state / "stop.request").mkdir(parents=True)
+    (state / "crawl.sqlite3").mkdir()
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "state_dir": str(state),
+                                    "output_dir": str(tmp_path / "out")}))  # fmt: skip
+    proc = run_cli("--config", str(path), "--fresh", "--no-tui", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rccrawler: cannot write "), proc.stderr
+    # Nothing runs there, and stop says so (it writes nothing then).
+    proc = run_cli("stop", "--config", str(path), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == f"rccrawler stop: no crawl is running in {state}"
+
+
+def test_garbage_cookies_txt_is_a_warning_and_the_crawl_goes_on(tmp_path, serve):
+    server = serve({"a.test": {"/": Resource(b"<html>home</html>")}})
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "cookies.txt").write_bytes(b"#LWP-Cookies-2.0\nSet-Cookie3: \xff\x00garbage\n" * 3)
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({
+        "sites": ["a.test"], "state_dir": str(state), "output_dir": str(tmp_path / "out"),
+        "crawl": {"resolve": server.resolve, "crawl_delay_ms": 0},
+    }))  # fmt: skip
+    proc = run_cli("--config", str(path), "--no-tui", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "cookies of the last run could not be read" in proc.stderr
+    assert (tmp_path / "out" / "a.test.nodes.csv").exists()

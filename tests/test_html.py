@@ -524,3 +524,34 @@ def test_lexbor_parses_a_big_page() -> None:
     assert len(body) > 2_000_000
     page = parse_html(body, "http://a.test/", parser="lexbor")
     assert len(page.links) == 12_000
+
+
+# -- parse budgets (issue 15) ---------------------------------------------------------------
+
+
+def test_links_over_max_links_are_cut_and_the_first_cut_one_named():
+    body = "".join(f'<a href="/p{i}">x</a><a href="/p{i}">again</a>' for i in range(10))
+    for parser in PARSERS:
+        page = parse_html(body.encode(), "http://a.test/", parser=parser, max_links=3)
+        assert page.links == ("http://a.test/p0", "http://a.test/p1", "http://a.test/p2")
+        assert page.first_cut_link == "http://a.test/p3"
+        assert "links over 3 left out, from http://a.test/p3" in page.truncated
+
+
+def test_deep_markup_is_flattened_and_keeps_its_links_and_text():
+    depth = 20_000  # more tags than the depth scan's threshold
+    body = ("<div>" * depth + '<a href="/deep">deep words</a>' + "</div>" * depth).encode()
+    # lexbor only: html5lib is pure Python and slow on 40,000 tags; the flattening is shared.
+    page = parse_html(body, "http://a.test/", full=True, max_depth=64)
+    assert page.links == ("http://a.test/deep",)
+    assert "deep words" in page.text
+    assert page.truncated == f"{depth - 64} elements nested deeper than 64 flattened"
+
+
+def test_budgets_change_nothing_on_an_ordinary_page():
+    body = b"<html><title>t</title><body>" + b'<p><a href="/a">a</a><img src=x></p>' * 5000
+    for parser in PARSERS:
+        plain = parse_html(body, "http://a.test/", parser=parser, full=True)
+        capped = parse_html(body, "http://a.test/", parser=parser, full=True,
+                            max_links=10_000, max_depth=512)  # fmt: skip
+        assert capped == plain and not capped.truncated

@@ -101,7 +101,7 @@ def test_crawling_your_own_sites_runs_as_written(serve, tmp_path):
 
     settings = yaml.safe_load((README.parent / config).read_text())
     settings["sites"] = ["docs.example.org"]
-    settings["crawl"].update(resolve=server.resolve, crawl_delay_ms=20)
+    settings["crawl"].update(resolve=server.resolve, crawl_delay_ms=50)
     (tmp_path / "config").mkdir()
     (tmp_path / config).write_text(yaml.safe_dump(settings))
     output = tmp_path / "output" / "example"

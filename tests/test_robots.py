@@ -300,6 +300,25 @@ def test_google_path_patterns(pattern: str, path: str, expected: bool) -> None:
         ("/a%24", "/a", True),
         # The query keeps reserved characters literal (RFC 9309 §2.2.2 table).
         ("/foo/bar?baz=https://foo.bar", "/foo/bar?baz=https://foo.bar", False),
+        # RFC 9309 §2.2.2, the percent-encoding table, row by row (both directions).
+        ("/foo/bar?baz=https://foo.bar", "/foo/bar?baz=https%3A%2F%2Ffoo.bar", False),
+        ("/foo/bar?baz=https%3A%2F%2Ffoo.bar", "/foo/bar?baz=https://foo.bar", False),
+        ("/foo/bar/ツ", "/foo/bar/%E3%83%84", False),
+        ("/foo/bar/%E3%83%84", "/foo/bar/ツ", False),
+        ("/foo/bar/%E3%83%84", "/foo/bar/%E3%83%84", False),
+        ("/foo/bar/%62%61%7A", "/foo/bar/baz", False),
+        ("/foo/bar/baz", "/foo/bar/%62%61%7A", False),
+        # RFC 9309 §2.2.3: "%2A" and "%24" in a rule match a literal "*" and "$".
+        ("/path/file-with-a-%2A.html", "https://www.example.com/path/file-with-a-*.html", False),
+        ("/path/file-with-a-%2A.html", "/path/file-with-a-%2A.html", False),
+        ("/path/file-with-a-%2A.html", "/path/file-with-a-b.html", True),
+        ("/path/foo-%24", "https://www.example.com/path/foo-$", False),
+        ("/path/foo-%24", "/path/foo-%24", False),
+        ("/path/foo-%24", "/path/foo-", True),
+        ("/path/foo-%24$", "/path/foo-$", False),
+        ("/path/foo-%24$", "/path/foo-$x", True),
+        ("/*/x-%2A", "/a/x-*", False),
+        ("/*/x-%2A", "/a/x-y", True),
     ],
 )
 def test_percent_encoding_equivalence(pattern: str, path: str, expected: bool) -> None:
@@ -367,21 +386,45 @@ def test_directive_names_are_case_insensitive() -> None:
     assert rules.sitemaps == ("https://s/x.xml",)
 
 
-def test_comments_blank_unknown_and_colonless_lines_are_ignored() -> None:
+def test_comments_blank_and_unknown_lines_are_ignored() -> None:
     robots = (
         "# a comment\n"
         "User-agent: *   # trailing comment\n"
         "\n"
         "Noindex: /ignored\n"
-        "Disallow /colonless\n"
         "just some text\n"
+        "Disallow /three words\n"
         "Disallow: /a # not part of the pattern\n"
     )
     rules = RobotsRules.parse(robots, UA)
     assert not rules.allowed("/a")
     assert rules.allowed("/ignored")
-    assert rules.allowed("/colonless")
+    assert rules.allowed("/three")
     assert not rules.allowed("/ab")  # the pattern is "/a", without the comment
+
+
+@pytest.mark.parametrize(
+    "robots",
+    [
+        "User-agent: *\nDisallow /x/\n",
+        "User-agent *\nDisallow /x/\n",
+        "User-agent\t*\nDisallow\t/x/  # a comment\n",
+        "User-agent rccrawler\nDisallow /x/\n",
+    ],
+)
+def test_a_rule_line_missing_its_colon_is_read_as_google_reads_it(robots: str) -> None:
+    rules = RobotsRules.parse(robots, UA)
+    assert not rules.allowed("/x/page")
+    assert rules.allowed("/y/")
+
+
+def test_the_500_kib_cut_holds_wherever_robots_text_is_parsed() -> None:
+    """parse() (used on the text saved in the state) reads no more than from_response()."""
+    line = "Disallow: /private-page-number-that-is-long\n"
+    text = "User-agent: *\n" + line * (2 * MAX_ROBOTS_BYTES // len(line)) + "Disallow: /late\n"
+    assert not RobotsRules.parse(text, UA).allowed("/private-page-number-that-is-long")
+    assert RobotsRules.parse(text, UA).allowed("/late")
+    assert RobotsRules.from_response(200, text.encode(), UA).allowed("/late")
 
 
 def test_whitespace_around_fields_is_ignored() -> None:

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from rccrawler.records import HostData
+
 NODE_HEADER = (
     "id", "url", "level", "status", "content_type", "content_hash", "duplicate_of", "out_degree",
 )  # fmt: skip
@@ -48,29 +50,29 @@ class CsvGraphUnloader(ResultUnloader):
     output_names: ClassVar[tuple[str, ...]] = ("{stem}.nodes.csv", "{stem}.arcs.csv")
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            stem = host_file_stem(host.host)
-            out_degree: Counter[int] = Counter()
-            arcs = self.output_dir / f"{stem}.arcs.csv"
-            with atomic_write(arcs, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("from", "to"))
-                for source, target in graph_arcs(self.data, host.host):
-                    out_degree[source] += 1
-                    writer.writerow((source, target))
-            nodes = self.output_dir / f"{stem}.nodes.csv"
-            with atomic_write(nodes, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(NODE_HEADER)
-                for page in graph_nodes(self, host.host):
-                    writer.writerow(
-                        (page.id, page.normalized_url, page.level, page.http_status,
-                         page.content_type.split(";")[0].strip(), page.content_hash,
-                         page.replace_id or "", out_degree[page.id])
-                    )  # fmt: skip
-            written += [nodes, arcs]
-        return written
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        stem = host_file_stem(host.host)
+        out_degree: Counter[int] = Counter()
+        arcs = self.output_dir / f"{stem}.arcs.csv"
+        with atomic_write(arcs, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("from", "to"))
+            for source, target in graph_arcs(self.data, host.host):
+                out_degree[source] += 1
+                writer.writerow((source, target))
+        nodes = self.output_dir / f"{stem}.nodes.csv"
+        with atomic_write(nodes, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(NODE_HEADER)
+            for page in graph_nodes(self, host.host):
+                writer.writerow(
+                    (page.id, page.normalized_url, page.level, page.http_status,
+                     page.content_type.split(";")[0].strip(), page.content_hash,
+                     page.replace_id or "", out_degree[page.id])
+                )  # fmt: skip
+        return [nodes, arcs]
 
 
 class GraphMLUnloader(ResultUnloader):
@@ -80,39 +82,37 @@ class GraphMLUnloader(ResultUnloader):
     output_names: ClassVar[tuple[str, ...]] = ("{stem}.graphml",)
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
-            with atomic_write(path) as handle:
-                handle.write(
-                    '<?xml version="1.0" encoding="UTF-8"?>\n'
-                    '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
-                    '  <key id="url" for="node" attr.name="url" attr.type="string"/>\n'
-                    '  <key id="level" for="node" attr.name="level" attr.type="int"/>\n'
-                    '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
-                    '  <key id="duplicate_of" for="node" attr.name="duplicate_of"'
-                    ' attr.type="string"/>\n'
-                    f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
+        with atomic_write(path) as handle:
+            handle.write(
+                '<?xml version="1.0" encoding="UTF-8"?>\n'
+                '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
+                '  <key id="url" for="node" attr.name="url" attr.type="string"/>\n'
+                '  <key id="level" for="node" attr.name="level" attr.type="int"/>\n'
+                '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
+                '  <key id="duplicate_of" for="node" attr.name="duplicate_of"'
+                ' attr.type="string"/>\n'
+                f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
+            )
+            for page in graph_nodes(self, host.host):
+                duplicate = (
+                    f'<data key="duplicate_of">n{page.replace_id}</data>'
+                    if page.replace_id is not None
+                    else ""
                 )
-                for page in graph_nodes(self, host.host):
-                    duplicate = (
-                        f'<data key="duplicate_of">n{page.replace_id}</data>'
-                        if page.replace_id is not None
-                        else ""
-                    )
-                    handle.write(
-                        f'    <node id="n{page.id}"><data key="url">'
-                        f"{_escape(page.normalized_url)}</data>"
-                        f'<data key="level">{page.level}</data>'
-                        f'<data key="status">{page.http_status}</data>{duplicate}</node>\n'
-                    )
-                for number, (source, target) in enumerate(graph_arcs(self.data, host.host)):
-                    handle.write(
-                        f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n'
-                    )
-                handle.write("  </graph>\n</graphml>\n")
-            written.append(path)
-        return written
+                handle.write(
+                    f'    <node id="n{page.id}"><data key="url">'
+                    f"{_escape(page.normalized_url)}</data>"
+                    f'<data key="level">{page.level}</data>'
+                    f'<data key="status">{page.http_status}</data>{duplicate}</node>\n'
+                )
+            for number, (source, target) in enumerate(graph_arcs(self.data, host.host)):
+                handle.write(f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n')
+            handle.write("  </graph>\n</graphml>\n")
+        return [path]
 
 
 class SkippedUnloader(ResultUnloader):
@@ -121,21 +121,21 @@ class SkippedUnloader(ResultUnloader):
     output_names: ClassVar[tuple[str, ...]] = ("{stem}.skipped.csv",)
 
     def unload(self) -> list[Path]:
-        written = []
-        for host in self.data.hosts():
-            path = self.output_dir / f"{host_file_stem(host.host)}.skipped.csv"
-            with atomic_write(path, newline="") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(("url", "reason", "found_on"))
-                # Pages that were queued but ended without being nodes, then links
-                # that never became pages; the DataManager keeps both unique.
-                for page in self.data.iter_pages(host.host):
-                    reason = page_skip_reason(page)
-                    if reason:
-                        writer.writerow((page.normalized_url, reason, page.referer))
-                writer.writerows(self.data.iter_skipped(host.host))
-            written.append(path)
-        return written
+        return self.unload_per_site(self.unload_site)
+
+    def unload_site(self, host: HostData) -> list[Path]:
+        path = self.output_dir / f"{host_file_stem(host.host)}.skipped.csv"
+        with atomic_write(path, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("url", "reason", "found_on"))
+            # Pages that were queued but ended without being nodes, then links
+            # that never became pages; the DataManager keeps both unique.
+            for page in self.data.iter_pages(host.host):
+                reason = page_skip_reason(page)
+                if reason:
+                    writer.writerow((page.normalized_url, reason, page.referer))
+            writer.writerows(self.data.iter_skipped(host.host))
+        return [path]
 
 
 def _escape(text: str) -> str:

@@ -198,6 +198,11 @@ class DataManager(ABC):
         """Whether a stop was requested after this DataManager was opened."""
         return False
 
+    def try_elect(self, role: str) -> bool:
+        """Whether this process is the one to do ``role`` (writing the output files) among
+        all the processes of the crawl. True by default: a crawl of one process."""
+        return True
+
     # -- waiting ---------------------------------------------------------------
     def wait_for_work(self, timeout: float, kind: str = "") -> None:
         """Block until there may be work of ``kind`` (``download`` or ``parse``), or ``timeout``.

@@ -1,9 +1,15 @@
 """The PostgreSQL dialect: one crawl shared by any number of processes (SPEC §9).
 
 The statements and the crawl rules live in ``sql.py`` and ``policy.py``; this
-module keeps what sharing needs: leases with ``FOR UPDATE SKIP LOCKED``, an
-owner token and a ``lease_until`` on the database clock, renewed while the
-worker lives; politeness in the host rows; stop requests through the database.
+module keeps what sharing needs. Work is partitioned by host, the way crawlers
+that scale do it (Heritrix's and StormCrawler's per-host queues): a worker
+leases a *host* (``hosts.owner``) and then owns its politeness, its queue and
+its page budget in memory, claiming its waiting pages in batches with
+``FOR UPDATE SKIP LOCKED``; per-page writes lock only the page's own row. Each
+worker holds a session-level advisory lock on its own key, so a worker that
+dies is seen the moment its connection drops, and its hosts and pages go back
+to the queue. Counters live in a ``counts`` table kept in the same transactions,
+so ``statistics()`` costs O(hosts), never a scan of the pages.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
+import random
+import socket
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
@@ -22,7 +32,6 @@ from psycopg import sql
 
 from rccrawler.data.sql import (
     HOST_COLUMNS,
-    LEASED,
     PAGE_COLUMNS,
     Claim,
     Cursor,
@@ -36,6 +45,7 @@ from rccrawler.data.sql import (
     state_error,
 )
 from rccrawler.exceptions import StateError
+from rccrawler.policy import breadth_first_allows
 from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
 
 if TYPE_CHECKING:
@@ -45,10 +55,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
-PgCursor = psycopg.Cursor[Row]
 
 DEFAULT_PARTITIONS = 8
 """Hash partitions of a task table declared with ``partition_by`` (search postings)."""
+
+SHARED_SCHEMA = """
+CREATE SEQUENCE IF NOT EXISTS page_ids;
+CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
+CREATE TABLE IF NOT EXISTS workers (
+    owner TEXT PRIMARY KEY, lock_key BIGINT NOT NULL, machine TEXT NOT NULL,
+    pid INTEGER NOT NULL, started_at DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE IF NOT EXISTS counts (
+    host TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (host, key)
+);
+"""
+"""What only a shared crawl needs: ids from a sequence, the workers, the counters."""
 
 
 def schema_for(name: str) -> str:
@@ -56,16 +78,33 @@ def schema_for(name: str) -> str:
     return "rc_" + hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
+@dataclass(slots=True)
+class _HeldHost:
+    """A host this worker leased: its politeness and queue live here while it holds it."""
+
+    data: HostData
+    admitted: int
+    queue: deque[PageData] = field(default_factory=deque)
+    """Waiting pages claimed by this worker (owner set), not handed to a thread yet."""
+    exhausted: bool = False
+    """The last claim found no waiting page (until this worker queues new ones)."""
+    levels: Counter[int] = field(default_factory=Counter)
+    """Levels of this host's pages in progress here: the breadth-first barrier."""
+    busy: int = 0
+    """Pages of the host handed to a thread and not stored yet (download or parse)."""
+    budget_hit: bool = False
+
+
 class PostgresDataManager(SQLDataManager):
     """A DataManager in a PostgreSQL schema, shared by every worker process of a crawl.
 
     One connection guarded by one lock (the threads of a process share it), one
-    transaction per method. Pages are leased with ``FOR UPDATE SKIP LOCKED`` and
-    carry their worker's ``owner`` token and a ``lease_until`` time (database
-    clock), renewed while the worker lives; an expired lease puts the page back
-    in the queue. Politeness lives in the host row (``next_fetch_at``,
-    ``in_flight``), changed only under its row lock. A downloaded body waits in
-    the memory of the process that fetched it, which parses it itself.
+    transaction per method. A worker leases hosts, up to its downloading threads'
+    worth of connections, and claims each host's waiting pages in batches; the
+    crawl delay, the per-host limit and the breadth-first barrier of a host are
+    then kept by its one owner. A downloaded body waits in the memory of the
+    process that fetched it, which parses it itself; at most ``max_pending_pages``
+    of them, so a killed worker's pages fetched again stay few.
 
     Args:
         url: the ``postgresql://`` URL.
@@ -73,9 +112,10 @@ class PostgresDataManager(SQLDataManager):
         limits: the crawl's numbers (budget, attempts, redirects).
         task_tables: tables a crawl task keeps its per-page results in.
         partitions: hash partitions of task tables declared with ``partition_by``.
-        read_only: only read (``status``, ``search``): no schema is created.
+        read_only: only read (``status``, ``search``): nothing is created or leased.
+        download_slots: requests this worker may have in flight (its downloading
+            threads): it leases hosts until their limits add up to this.
         max_pending_bytes: downloaded bodies waiting for a parser, at most.
-        lease_s: seconds a lease lasts without renewal (default :attr:`lease_s`).
         clock: wall-clock source for the start and end times of sites.
     """
 
@@ -84,10 +124,13 @@ class PostgresDataManager(SQLDataManager):
         "false": "FALSE", "text": "TEXT", "bytes": "BYTEA", "without_rowid": "",
     }  # fmt: skip
     text_order: ClassVar[str] = ' COLLATE "C"'
-    lease_s: float = 30.0
-    """How long a dead worker's pages stay leased; live workers renew every third of it."""
+    shared: ClassVar[bool] = True
+    batch_size: ClassVar[int] = 16
+    """Waiting pages of a held host claimed in one round trip."""
+    reap_interval: ClassVar[float] = 0.5
+    """Seconds between two looks for dead workers."""
     stats_max_age: ClassVar[float] = 0.25
-    """Seconds a statistics() snapshot is reused: the aggregate runs at most this often."""
+    """Seconds a statistics() snapshot is reused."""
     stop_poll_s: ClassVar[float] = 1.0
     """Seconds between two looks for a stop request (``rccrawler stop``)."""
 
@@ -100,8 +143,8 @@ class PostgresDataManager(SQLDataManager):
         task_tables: Sequence[TaskTable] = (),
         partitions: int = DEFAULT_PARTITIONS,
         read_only: bool = False,
+        download_slots: int = 8,
         max_pending_bytes: int = 8 * 1024 * 1024,
-        lease_s: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
@@ -111,12 +154,19 @@ class PostgresDataManager(SQLDataManager):
         self.schema = schema
         self.partitions = partitions
         self.read_only = read_only
-        if lease_s is not None:
-            self.lease_s = lease_s
+        self.download_slots = max(1, download_slots)
+        self.max_pending_pages = self.download_slots
         self.clock = clock
         self.owner = uuid.uuid4().hex
-        """This process's lease token."""
+        """This worker's token: on its hosts, its pages and its row in ``workers``."""
+        self.lock_key = random.randrange(1, 2**62)
+        """The advisory lock this worker holds while its connection lives."""
         self._conn: psycopg.Connection[Row] | None = None
+        self._held: dict[str, _HeldHost] = {}
+        self._deltas: Counter[tuple[str, str]] = Counter()
+        """Counter changes of the open transaction, written just before it commits."""
+        self._offset = 0.0
+        """Database clock minus the local one, measured at open."""
         self._stats: CrawlStats | None = None
         self._stats_at = 0.0
         self._opened_at = 0.0
@@ -125,13 +175,9 @@ class PostgresDataManager(SQLDataManager):
         self._stop_seen = False
         self._robots_pending = 1
         self._next_try = 0.0
-        """time.monotonic() before which take_for_download need not ask the database."""
-        self._renewed_at = time.monotonic()
+        """time.monotonic() before which take_for_download need not look for a new host."""
+        self._reaped_at = -1e9
         self._rotation = 0
-        self._delays: dict[str, float] = {}
-        """Crawl delay of each host as the last lease here saw it."""
-        self._page_hosts: dict[PageId, str] = {}
-        """Host of each page this process leased for download (saves a look-up)."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -150,19 +196,25 @@ class PostgresDataManager(SQLDataManager):
                     if (cur.fetchone() or (None,))[0] is None:
                         cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
                         cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
-                        cur.execute(self.schema_sql().encode())
-                        cur.execute("CREATE SEQUENCE IF NOT EXISTS page_ids")
-                        cur.execute(
-                            "CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) "
-                            "WHERE owner <> ''"
-                        )
+                        cur.execute((self.schema_sql() + SHARED_SCHEMA).encode())
             conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+            if not self.read_only:
+                # Held as long as this connection lives: others see a death at once.
+                conn.execute("SELECT pg_advisory_lock(%s)", (self.lock_key,))
         except psycopg.Error as exc:
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
         with self._atomic() as cur:
             self._opened_at = self._clock(cur)
+            self._offset = self._opened_at - self.clock()
+            self._load_deep_links(cur)
+            if not self.read_only:
+                cur.execute(
+                    "INSERT INTO workers VALUES (%s, %s, %s, %s, %s)",
+                    (self.owner, self.lock_key, socket.gethostname(), os.getpid(),
+                     self._opened_at),
+                )  # fmt: skip
 
     def _task_table_sql(self, table: TaskTable) -> str:
         text = super()._task_table_sql(table)
@@ -182,14 +234,13 @@ class PostgresDataManager(SQLDataManager):
             if self._conn is None:
                 return
             if not self.read_only:
-                # Give back what this process still holds, so nobody waits for its lease.
+                # Give back what this process still holds, so nobody waits for it.
                 with contextlib.suppress(psycopg.Error), self._transaction() as cur:
-                    self._reclaim(cur, "owner = %s", (self.owner,))
-                    cur.execute(
-                        "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-                        "WHERE robots_state = 'fetching' AND robots_owner = %s",
-                        (self.owner,),
-                    )
+                    for held in self._held.values():
+                        self._save_held(cur, held)
+                    self._reclaim(cur, self.owner)
+                    cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
+                self._held.clear()
             self._conn.close()
             self._conn = None
 
@@ -246,10 +297,13 @@ class PostgresDataManager(SQLDataManager):
         try:
             with self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
+                self._write_deltas(cur)
         except psycopg.OperationalError as exc:
+            self._deltas.clear()
             raise state_error(self.url, exc) from exc
-        if self._wake_downloaders:
-            self._next_try = 0.0
+        except BaseException:
+            self._deltas.clear()
+            raise
         self._wake()
 
     def _sql(self, query: str) -> str:
@@ -262,7 +316,9 @@ class PostgresDataManager(SQLDataManager):
         assert row is not None
         return float(row[0])
 
-    shared: ClassVar[bool] = True
+    def _now(self) -> float:
+        """The database clock without a round trip (the offset measured at open)."""
+        return self.clock() + self._offset
 
     def _storage_identity(self, cur: Cursor) -> str:
         # The server's own identity and the database: 127.0.0.1 and localhost are one
@@ -282,78 +338,164 @@ class PostgresDataManager(SQLDataManager):
         self._stats = None
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema + ":sites",))
 
-    def _lease_until(self, now: float) -> float:
-        return now + self.lease_s
+    # -- counters ----------------------------------------------------------------
+    def _count(self, host: str, key: str, delta: int) -> None:
+        if delta:
+            self._deltas[(host, key)] += delta
 
-    # -- leases --------------------------------------------------------------------
+    def _write_deltas(self, cur: Cursor) -> None:
+        if not self._deltas:
+            return
+        rows = [(host, key, n) for (host, key), n in sorted(self._deltas.items()) if n]
+        self._deltas.clear()
+        if rows:
+            cur.executemany(
+                "INSERT INTO counts VALUES (%s, %s, %s) ON CONFLICT (host, key) "
+                "DO UPDATE SET n = counts.n + excluded.n",
+                rows,
+            )
+
+    def _on_move(
+        self, page: PageData, new: PageState, *, error: str = "", duplicate: bool = False,
+        alias: bool = False, size: int = 0,
+    ) -> None:  # fmt: skip
+        # A body being parsed is 'downloaded' in the table (it lives in this memory).
+        old = PageState.DOWNLOADED if page.state is PageState.PARSING else page.state
+        state = PageState.DOWNLOADED if new is PageState.PARSING else new
+        if old is not state:
+            self._count(page.host, f"state:{old}", -1)
+            self._count(page.host, f"state:{state}", 1)
+        if state is PageState.ERROR:
+            self._count(page.host, f"error:{error}", 1)
+        self._count(page.host, "duplicates", int(duplicate))
+        self._count(page.host, "aliases", int(alias))
+        self._count(page.host, "bytes", size)
+        held = self._held.get(page.host)
+        if held is None:
+            return
+        was_busy = page.state in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        busy = new in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        if was_busy and not busy:
+            held.levels[page.level] -= 1
+            held.busy -= 1
+        if new is PageState.WAITING:
+            held.exhausted = False  # a retry or a redirect: back in the table's queue
+
+    def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
+        self._count(host, "state:waiting", count)
+        held = self._held.get(host)
+        if held is not None:
+            held.admitted += count
+            held.exhausted = False
+
+    def _on_budget_hit(self, cur: Cursor, host: str) -> None:
+        held = self._held.get(host)
+        if held is not None and held.budget_hit:
+            return
+        if held is not None:
+            held.budget_hit = True
+        super()._on_budget_hit(cur, host)
+
+    def _on_waiting_ended(self, host: str, count: int) -> None:
+        self._count(host, "state:waiting", -count)
+        self._count(host, "state:skipped", count)
+
+    def _on_levels_lowered(
+        self, host: str, pages: Sequence[PageId], level: int, parent: PageData
+    ) -> None:
+        held = self._held.get(host)
+        if held is None:
+            return
+        moved = set(pages)
+        for queued in held.queue:
+            if queued.id in moved:
+                queued.level, queued.id_from, queued.referer = level, parent.id, parent.url
+        held.queue = deque(sorted(held.queue, key=lambda p: (p.level, p.id)))
+
+    # -- workers, and what a dead one held ---------------------------------------------
     def recover(self) -> int:
-        """Queue again the pages whose lease expired (their worker died).
+        """Take back what dead workers held. Live workers keep theirs: unlike SQLite,
+        a starting worker does not take back everything in progress."""
+        with self._lock:
+            self._reaped_at = -1e9
+            return self._reap_dead()
 
-        Pages leased by live workers are theirs: unlike SQLite, a starting worker
-        does not take back everything in progress.
-        """
-        with self._atomic() as cur:
-            return self._reclaim_expired(cur)
+    def _reap_dead(self) -> int:
+        """Give dead workers' hosts and pages back to the queue (lock held)."""
+        if self.read_only or time.monotonic() - self._reaped_at < self.reap_interval:
+            return 0
+        self._reaped_at = time.monotonic()
+        moved = 0
+        with self._transaction() as cur:
+            cur.execute(
+                "SELECT owner, lock_key FROM workers WHERE owner <> %s ORDER BY owner",
+                (self.owner,),
+            )
+            workers = cur.fetchall()
+        for owner, key in workers:
+            with self._transaction() as cur:
+                # Its session lock is free only when its connection is gone.
+                cur.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,))
+                if not (cur.fetchone() or (False,))[0]:
+                    continue
+                cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
+                if cur.fetchone() is None:
+                    continue  # another worker reaped it first
+                moved += self._reclaim(cur, owner)
+        if moved:
+            logger.warning("%d pages of a worker that stopped were queued again", moved)
+        return moved
 
-    def _reclaim_expired(self, cur: Cursor) -> int:
-        """Queue again the robots.txt fetches and pages whose lease ran out."""
-        now = self._clock(cur)
+    def _reclaim(self, cur: Cursor, owner: str) -> int:
+        """Put what ``owner`` held back: its robots.txt fetches, hosts and pages."""
         cur.execute(
             "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
-            "WHERE robots_state = 'fetching' AND robots_lease_until < %s",
-            (now,),
+            "WHERE robots_state = 'fetching' AND robots_owner = %s",
+            (owner,),
         )
         if cur.rowcount:
             self._robots_pending = 1
-        return self._reclaim(cur, "lease_until < %s", (now,))
-
-    def _reclaim(self, cur: Cursor, where: str, args: tuple[Any, ...]) -> int:
-        """Put leased pages matching ``where`` back in the queue, host row locked first."""
-        cur.execute(f"SELECT DISTINCT host FROM pages WHERE state IN {LEASED} AND {where}", args)
+        cur.execute(
+            "UPDATE hosts SET owner = '', next_fetch_at = greatest(next_fetch_at, %s + "
+            "crawl_delay) WHERE owner = %s",
+            (self._now(), owner),
+        )
+        cur.execute(
+            "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
+            "FROM pages old WHERE p.id = old.id AND p.owner = %s "
+            "AND p.state IN ('waiting', 'running', 'downloaded', 'parsing') "
+            "RETURNING old.host, old.state",
+            (owner,),
+        )
         moved = 0
-        for (host,) in sorted(cur.fetchall()):
-            cur.execute("SELECT 1 FROM hosts WHERE host = %s FOR UPDATE", (host,))
-            cur.execute(
-                "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
-                f"FROM pages old WHERE p.id = old.id AND p.host = %s AND p.state IN {LEASED} "
-                f"AND {where.replace('owner', 'p.owner').replace('lease_until', 'p.lease_until')} "
-                "RETURNING old.state",
-                (host, *args),
-            )
-            states = [row[0] for row in cur.fetchall()]
-            running = sum(1 for s in states if s == PageState.RUNNING)
-            if running:
-                cur.execute(
-                    "UPDATE hosts SET in_flight = greatest(0, in_flight - %s) WHERE host = %s",
-                    (running, host),
-                )
-            moved += len(states)
+        for host, state in cur.fetchall():
+            if state != PageState.WAITING:
+                self._count(host, f"state:{state}", -1)
+                self._count(host, "state:waiting", 1)
+                moved += 1
         if moved:
             self._wake_downloaders = 1 << 16
         return moved
 
-    def _heartbeat(self) -> None:
-        """Renew this worker's leases and reclaim dead workers' ones (lock held)."""
-        if self.read_only or time.monotonic() - self._renewed_at < self.lease_s / 3:
-            return
-        self._renewed_at = time.monotonic()
-        with self._transaction() as cur:
-            now = self._clock(cur)
-            cur.execute(
-                f"UPDATE pages SET lease_until = %s WHERE owner = %s AND state IN {LEASED}",
-                (now + self.lease_s, self.owner),
-            )
-            cur.execute(
-                "UPDATE hosts SET robots_lease_until = %s "
-                "WHERE robots_state = 'fetching' AND robots_owner = %s",
-                (now + self.lease_s, self.owner),
-            )
-        with self._transaction() as cur:
-            moved = self._reclaim_expired(cur)
-        if moved:
-            logger.warning("%d pages of a worker that stopped answering were queued again", moved)
+    def workers(self) -> list[tuple[str, str, int, bool]]:
+        """(owner, machine, pid, alive) of every worker that joined and did not leave."""
+        with self._atomic() as cur:
+            cur.execute("SELECT owner, machine, pid, lock_key FROM workers ORDER BY started_at")
+            rows = cur.fetchall()
+            found = []
+            for owner, machine, pid, key in rows:
+                if owner == self.owner:
+                    found.append((owner, machine, pid, True))
+                    continue
+                cur.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND granted AND ((classid::bigint << 32) | objid::bigint) = %s)",
+                    (key,),
+                )
+                found.append((owner, machine, pid, bool((cur.fetchone() or (False,))[0])))
+            return found
 
-    # -- the dialect's hooks ---------------------------------------------------------
+    # -- the dialect's hooks -------------------------------------------------------
     def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:
         cur.execute("SELECT nextval('page_ids') FROM generate_series(1, %s)", (count,))
         return sorted(int(r[0]) for r in cur.fetchall())
@@ -367,55 +509,49 @@ class PostgresDataManager(SQLDataManager):
         super()._insert_host(cur, host)
         self._robots_pending = 1
 
-    def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
-        cur.execute("UPDATE hosts SET admitted = admitted + %s WHERE host = %s", (count, host))
-
     def _claim(
         self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
     ) -> Claim:
-        """Lock the page's host row, then the page, which must still be this worker's."""
-        host_name = known.host if known is not None else self._page_hosts.pop(page_id, None)
-        if host_name is None:
-            cur.execute("SELECT host FROM pages WHERE id = %s", (page_id,))
-            row = cur.fetchone()
-            if row is None:
-                raise KeyError(page_id)
-            host_name = row[0]
-        cur.execute(
-            f"SELECT {HOST_COLUMNS}, admitted, extract(epoch FROM clock_timestamp())::float8 "
-            "FROM hosts WHERE host = %s FOR UPDATE",
-            (host_name,),
-        )
-        locked = cur.fetchone()
-        if locked is None:
-            raise KeyError(host_name)
-        host, admitted, now = host_from_row(locked[:-2]), int(locked[-2]), float(locked[-1])
+        """Lock the page's row, which must still be this worker's; the host is held here."""
+        wanted = [str(s) for s in states]
         cur.execute(
             f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
             "AND state = ANY(%s) FOR UPDATE",
-            (page_id, self.owner, [str(s) for s in states]),
+            (page_id, self.owner, wanted),
         )
         found = cur.fetchone()
         if found is None:
-            logger.warning("page %d: its lease expired, another worker fetches it", page_id)
+            logger.warning("page %d: another worker took it over", page_id)
             raise LeaseLost(page_id)
         page = page_from_row(found)
-        if known is not None:
-            page.state = known.state
-        return Claim(page, host, admitted, now)
+        held = self._held.get(page.host)
+        if held is None:
+            raise LeaseLost(page_id)  # the host went to another worker
+        # The table says 'waiting' (or 'downloaded') where this worker knows better.
+        page.state = known.state if known is not None else PageState.RUNNING
+        return Claim(page, held.data, held.admitted, self._now())
 
     def _release(self, cur: Cursor, page: PageData) -> None:
-        cur.execute(
-            "UPDATE hosts SET in_flight = greatest(0, in_flight - 1) WHERE host = %s",
-            (page.host,),
-        )
+        held = self._held.get(page.host)
+        if held is not None:
+            held.data.in_flight = max(0, held.data.in_flight - 1)
         self._wake_downloaders += 1
 
     def _save_politeness(self, cur: Cursor, host: HostData) -> None:
+        held = self._held.get(host.host)
+        if held is None:
+            return
+        held.data.crawl_delay = host.crawl_delay
+        held.data.retry_after_until = host.retry_after_until
+        held.data.next_fetch_at = max(held.data.next_fetch_at, host.next_fetch_at)
+
+    def _save_held(self, cur: Cursor, held: _HeldHost) -> None:
+        """Write a held host's politeness back, for whoever holds it next."""
+        data = held.data
         cur.execute(
             "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
             "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
-            (host.crawl_delay, host.retry_after_until, host.next_fetch_at, host.host),
+            (data.crawl_delay, data.retry_after_until, data.next_fetch_at, data.host),
         )
 
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -425,17 +561,17 @@ class PostgresDataManager(SQLDataManager):
 
     # -- claiming work ---------------------------------------------------------------
     def take_robots(self) -> HostData | None:
-        if not self._robots_pending:
+        if not self._robots_pending or self.read_only:
             return None  # a hint, refreshed with the statistics snapshot
         with self._atomic() as cur:
-            now = self._clock(cur)
+            now = self._now()
             cur.execute(
                 "UPDATE hosts SET robots_state = 'fetching', robots_owner = %s, "
-                "robots_lease_until = %s, next_fetch_at = %s + crawl_delay "
+                "next_fetch_at = %s + crawl_delay "
                 "WHERE host = (SELECT host FROM hosts WHERE robots_state = 'pending' "
                 "AND next_fetch_at <= %s LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 f"RETURNING {HOST_COLUMNS}",
-                (self.owner, now + self.lease_s, now, now),
+                (self.owner, now, now),
             )
             row = cur.fetchone()
             if row is None:
@@ -456,100 +592,147 @@ class PostgresDataManager(SQLDataManager):
             return host_from_row(row) if row is not None else None
 
     def _due_in(self) -> float:
-        return self._next_try - time.monotonic()
+        return max(0.001, min(0.05, self._next_try - time.monotonic()))
 
     def take_for_download(self) -> PageData | None:
-        if self._pending_bytes > self.max_pending_bytes:
-            return None  # the parsers of this process are behind
-        if time.monotonic() < self._next_try:
-            return None  # the last look found nothing due before then
-        with self._atomic() as cur:
-            # Candidates without locks; each is locked (or skipped) and re-checked below.
+        if self.read_only or self._pending_bytes > self.max_pending_bytes:
+            return None
+        with self._lock:
+            if len(self._downloaded) + len(self._parsing) >= self.max_pending_pages:
+                return None  # the parsers of this process are behind
+            page = self._take_from_held()
+            if page is not None:
+                return page
+            if time.monotonic() < self._next_try:
+                return None
+            self._next_try = time.monotonic() + 0.02
+            if self._lease_host():
+                return self._take_from_held()
+            return None
+
+    def _take_from_held(self) -> PageData | None:
+        """A due page of a host this worker holds (lock held), marked running."""
+        now = self._now()
+        names = list(self._held)
+        if not names:
+            return None
+        self._rotation = (self._rotation + 1) % len(names)
+        for name in names[self._rotation :] + names[: self._rotation]:
+            held = self._held[name]
+            data = held.data
+            if data.in_flight >= data.max_downloads_at_time:
+                continue
+            if max(data.next_fetch_at, data.retry_after_until) > now:
+                continue
+            busy = [level for level, n in held.levels.items() if n > 0]
+            if not held.queue and not held.exhausted:
+                self._claim_batch(held, busy)
+            if not held.queue:
+                if held.exhausted and held.busy <= 0:
+                    self._release_host(held)
+                continue
+            page = held.queue[0]
+            if not breadth_first_allows(page.level, busy):
+                continue
+            held.queue.popleft()
+            with self._transaction() as cur:
+                cur.execute(
+                    "UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s",
+                    (page.id, self.owner),
+                )
+                if not cur.rowcount:
+                    continue  # reaped meanwhile (this worker looked dead): not ours
+                self._on_move(page, PageState.RUNNING)
+            held.levels[page.level] += 1
+            held.busy += 1
+            data.in_flight += 1
+            data.next_fetch_at = now + data.crawl_delay
+            page.state = PageState.RUNNING
+            return replace(page)
+        return None
+
+    def _claim_batch(self, held: _HeldHost, busy: Sequence[int]) -> None:
+        """Claim the next waiting pages of a held host in one round trip."""
+        limit = min(busy) + 1 if busy else 1 << 30
+        with self._transaction() as cur:
             cur.execute(
-                "SELECT host, greatest(next_fetch_at, retry_after_until), "
-                "in_flight < max_downloads_at_time, extract(epoch FROM clock_timestamp())::float8 "
-                "FROM hosts h WHERE robots_state = 'ready' "
-                "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting') "
-                "ORDER BY host"
+                "UPDATE pages SET owner = %s WHERE id IN (SELECT id FROM pages "
+                "WHERE host = %s AND state = 'waiting' AND owner = '' AND level <= %s "
+                "ORDER BY level, id LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {PAGE_COLUMNS}",
+                (self.owner, held.data.host, limit, self.batch_size),
             )
-            candidates = cur.fetchall()
-            now = candidates[0][3] if candidates else 0.0
-            due_in = 0.5
-            ready: list[str] = []
-            for name, due, free, _now in candidates:
-                if not free:
-                    due_in = min(due_in, 0.01)  # a slot frees when another worker stores
-                elif due > now:
-                    due_in = min(due_in, due - now)
-                else:
-                    ready.append(name)
-            if ready:
-                self._rotation = (self._rotation + 1) % len(ready)
-                ready = ready[self._rotation :] + ready[: self._rotation]
-            for name in ready:
-                page = self._lease_from(cur, name, now)
-                if page is not None:
-                    self._next_try = 0.0
-                    return page
-                due_in = min(due_in, 0.01)
-            self._next_try = time.monotonic() + due_in
-            return None
+            pages = sorted(
+                (page_from_row(r) for r in cur.fetchall()), key=lambda p: (p.level, p.id)
+            )
+        held.queue.extend(pages)
+        held.exhausted = not pages and not busy
 
-    def _lease_from(self, cur: Cursor, host: str, now: float) -> PageData | None:
-        from rccrawler.policy import breadth_first_allows
+    def _lease_host(self) -> bool:
+        """Lease one more host with waiting pages, while this worker has slots to fill."""
+        slots = sum(h.data.max_downloads_at_time for h in self._held.values() if h.queue
+                    or not h.exhausted)  # fmt: skip
+        if slots >= self.download_slots:
+            return False
+        with self._transaction() as cur:
+            cur.execute(
+                "UPDATE hosts SET owner = %s WHERE host = (SELECT host FROM hosts h "
+                "WHERE owner = '' AND robots_state = 'ready' AND EXISTS (SELECT 1 FROM pages p "
+                "WHERE p.host = h.host AND p.state = 'waiting' AND p.owner = '') "
+                "ORDER BY next_fetch_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                f"RETURNING {HOST_COLUMNS}, budget_hit",
+                (self.owner,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                return False
+            data = host_from_row(row[:-1])
+            cur.execute(
+                "SELECT coalesce(sum(n), 0) FROM counts WHERE host = %s AND key LIKE 'state:%%'",
+                (data.host,),
+            )
+            admitted = int((cur.fetchone() or (0,))[0])
+            if not self._deep_links:
+                cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = %s)",
+                            (data.host,))  # fmt: skip
+                self._deep_links = bool((cur.fetchone() or (False,))[0])
+        data.in_flight = 0
+        self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-1]))
+        return True
 
-        cur.execute(
-            f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s AND robots_state = 'ready' "
-            "AND in_flight < max_downloads_at_time "
-            "AND greatest(next_fetch_at, retry_after_until) <= %s FOR UPDATE SKIP LOCKED",
-            (host, now),
-        )
-        row = cur.fetchone()
-        if row is None:
-            return None  # another worker holds the host, or it is not due any more
-        data = host_from_row(row)
-        cur.execute(
-            f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
-            "ORDER BY level, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-            (host,),
-        )
-        found = cur.fetchone()
-        if found is None:
-            return None
-        page = page_from_row(found)
-        # Breadth-first barrier, across every worker.
-        cur.execute(f"SELECT min(level) FROM pages WHERE host = %s AND state IN {LEASED}", (host,))
-        busy = (cur.fetchone() or (None,))[0]
-        if not breadth_first_allows(page.level, [] if busy is None else [busy]):
-            return None
-        cur.execute(
-            "UPDATE pages SET state = 'running', owner = %s, lease_until = %s WHERE id = %s",
-            (self.owner, now + self.lease_s, page.id),
-        )
-        cur.execute(
-            "UPDATE hosts SET in_flight = in_flight + 1, next_fetch_at = %s WHERE host = %s",
-            (now + data.crawl_delay, host),
-        )
-        page.state = PageState.RUNNING
-        self._delays[host] = data.crawl_delay
-        self._page_hosts[page.id] = host
-        return page
+    def _release_host(self, held: _HeldHost) -> None:
+        """Give a host back: nothing of it is waiting or in progress here."""
+        with self._transaction() as cur:
+            self._save_held(cur, held)
+            cur.execute(
+                "UPDATE hosts SET owner = '' WHERE host = %s AND owner = %s",
+                (held.data.host, self.owner),
+            )
+        del self._held[held.data.host]
+        self._wake_downloaders = 1 << 16
 
     def mark_request_sent(self, host: str) -> None:
-        if self._delays.get(host) == 0:
-            return  # no delay to count from (as of this process's last lease on the host)
-        with self._atomic() as cur:
-            cur.execute(
-                "UPDATE hosts SET next_fetch_at = greatest(next_fetch_at, "
-                "extract(epoch FROM clock_timestamp()) + crawl_delay) "
-                "WHERE host = %s AND crawl_delay > 0",
-                (host,),
-            )
+        with self._lock:
+            held = self._held.get(host)
+            if held is not None:
+                if held.data.crawl_delay > 0:
+                    held.data.next_fetch_at = max(
+                        held.data.next_fetch_at, self._now() + held.data.crawl_delay
+                    )
+                return
+            # robots.txt, fetched before anyone holds the host: the delay counts in its row.
+            with self._transaction() as cur:
+                cur.execute(
+                    "UPDATE hosts SET next_fetch_at = greatest(next_fetch_at, "
+                    "extract(epoch FROM clock_timestamp()) + crawl_delay) "
+                    "WHERE host = %s AND crawl_delay > 0",
+                    (host,),
+                )
 
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
         with self._lock:
-            self._heartbeat()
+            self._reap_dead()
             if self._stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
                 return self._stats
             with self._transaction() as cur:
@@ -560,23 +743,18 @@ class PostgresDataManager(SQLDataManager):
                     f"SELECT {HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
                 )
                 host_rows = cur.fetchall()
-                cur.execute(
-                    "SELECT host, state, CASE WHEN state = 'error' THEN error_code ELSE '' END, "
-                    "count(*), coalesce(sum(bytes), 0), "
-                    "count(*) FILTER (WHERE replace_id IS NOT NULL AND error_code = ''), "
-                    "count(*) FILTER (WHERE error_code = 'redirect') "
-                    "FROM pages GROUP BY 1, 2, 3"
-                )
-                page_rows = cur.fetchall()
+                cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
+                count_rows = cur.fetchall()
             counts: dict[str, StateCounts] = {}
-            for host, state, error, count, nbytes, ndup, nalias in page_rows:
+            for host, key, n in count_rows:
                 c = counts.setdefault(host, StateCounts({}, {}))
-                c.by_state[state] = c.by_state.get(state, 0) + count
-                if state == PageState.ERROR:
-                    c.errors[error] = c.errors.get(error, 0) + count
-                c.bytes += int(nbytes)
-                c.duplicates += ndup
-                c.aliases += nalias
+                kind, _, name = key.partition(":")
+                if kind == "state":
+                    c.by_state[name] = int(n)
+                elif kind == "error":
+                    c.errors[name] = int(n)
+                elif kind in ("duplicates", "aliases", "bytes"):
+                    setattr(c, kind, int(n))
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
             stats, all_counts = [], []
             pending = 0
@@ -589,6 +767,10 @@ class PostgresDataManager(SQLDataManager):
                 parsing = parsing_here[data.host]
                 # A body being parsed here is still 'downloaded' in the table.
                 c.by_state[PageState.DOWNLOADED] = c.by_state.get(PageState.DOWNLOADED, 0) - parsing
+                held = self._held.get(data.host)
+                if held is not None:
+                    data = replace(held.data, stop_reason=data.stop_reason,
+                                   finished_at=data.finished_at)  # fmt: skip
                 all_counts.append(c)
                 stats.append(host_stats(data, c, parsing=parsing))
             self._robots_pending = pending
@@ -599,3 +781,12 @@ class PostgresDataManager(SQLDataManager):
     def set_stop_reason(self, host: str, reason: str) -> None:
         self._stats = None
         super().set_stop_reason(host, reason)
+
+    def try_elect(self, role: str) -> bool:
+        """Whether this worker is the one (of all workers of the crawl) to do ``role``
+        (writing the output files): the first to ask holds it until it closes."""
+        if self.read_only:
+            return True
+        with self._atomic() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (f"{self.schema}:{role}",))
+            return bool((cur.fetchone() or (False,))[0])

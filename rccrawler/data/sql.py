@@ -80,7 +80,8 @@ CREATE TABLE IF NOT EXISTS hosts (
     admitted INTEGER NOT NULL DEFAULT 0,
     budget_hit {bool} NOT NULL DEFAULT {false},
     robots_owner TEXT NOT NULL DEFAULT '',
-    robots_lease_until {float} NOT NULL DEFAULT 0
+    robots_lease_until {float} NOT NULL DEFAULT 0,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS pages (
     id {id} PRIMARY KEY,
@@ -117,6 +118,10 @@ CREATE TABLE IF NOT EXISTS arcs (
     PRIMARY KEY (from_id, to_id)
 ){without_rowid};
 CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
+CREATE TABLE IF NOT EXISTS deep_links (
+    url TEXT NOT NULL, from_id {id} NOT NULL, host TEXT NOT NULL, PRIMARY KEY (url, from_id)
+){without_rowid};
+CREATE INDEX IF NOT EXISTS deep_links_host ON deep_links (host);
 CREATE TABLE IF NOT EXISTS skipped (
     host TEXT NOT NULL, url TEXT NOT NULL, reason TEXT NOT NULL, found_on {id},
     PRIMARY KEY (host, url)
@@ -287,6 +292,13 @@ class SQLDataManager(DataManager):
         self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
         self._parsing: dict[PageId, tuple[PageData, int]] = {}
         self._pending_bytes = 0
+        self._deep_links = False
+        """Some link was too deep to queue (then new pages look for arcs to them)."""
+
+    def _load_deep_links(self, cur: Cursor) -> None:
+        """Whether the state holds links that were too deep (at open)."""
+        cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links)")
+        self._deep_links = bool((cur.fetchone() or (False,))[0])
 
     # -- the dialect ---------------------------------------------------------
     @abstractmethod
@@ -489,6 +501,20 @@ class SQLDataManager(DataManager):
         )
         self._on_admitted(cur, host, len(rows))
         self._wake_downloaders += len(rows)
+        if self._deep_links:
+            # Pages that linked to these URLs when they were too deep to queue: now that
+            # a shorter path made them pages, those links are arcs too (whatever the order).
+            for start in range(0, len(rows), 500):
+                chunk = [row[2] for row in rows[start : start + 500]]
+                marks = ",".join("?" * len(chunk))
+                cur.execute(
+                    self._sql(
+                        "INSERT INTO arcs (from_id, to_id, host) SELECT d.from_id, u.page_id, "
+                        "d.host FROM deep_links d JOIN urls u ON u.normalized_url = d.url "
+                        f"WHERE d.url IN ({marks}) ON CONFLICT DO NOTHING"
+                    ),
+                    chunk,
+                )
         return ids
 
     def _page_of_url(self, cur: Cursor, normalized_url: str) -> PageId | None:
@@ -766,6 +792,8 @@ class SQLDataManager(DataManager):
                     for link in admission.new
                 ]
                 new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
+                if admission.known_targets:
+                    self._lower_levels(cur, page, admission.known_targets)
                 targets = admission.known_targets + new_ids
                 cur.executemany(
                     self._sql(
@@ -776,6 +804,17 @@ class SQLDataManager(DataManager):
                 )
                 if admission.budget_hit:
                     self._on_budget_hit(cur, page.host)
+                deep = [(url, page_id, page.host) for url, reason in admission.not_queued
+                        if reason == SkipReason.DEPTH.value]  # fmt: skip
+                if deep:
+                    cur.executemany(
+                        self._sql(
+                            "INSERT INTO deep_links (url, from_id, host) VALUES (?, ?, ?) "
+                            "ON CONFLICT DO NOTHING"
+                        ),
+                        deep,
+                    )
+                    self._deep_links = True
                 cur.executemany(
                     self._sql(
                         "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?) "
@@ -794,6 +833,30 @@ class SQLDataManager(DataManager):
                     (True, len(targets), page_id),
                 )
                 self._on_move(page, PageState.DONE)
+
+    def _lower_levels(self, cur: Cursor, page: PageData, targets: Sequence[int]) -> None:
+        """A page's level is its shortest distance from a start page (SPEC §5.1): a
+        waiting page found again on a shallower path moves up, whatever order the
+        parsers (of any process) found its links in."""
+        level = page.level + 1
+        for start in range(0, len(targets), 500):
+            chunk = list(targets[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET level = ?, id_from = ?, referer = ? "
+                    f"WHERE id IN ({marks}) AND {_QUEUED} AND level > ? RETURNING id"
+                ),
+                (level, page.id, page.url, *chunk, level),
+            )
+            lowered = [PageId(row[0]) for row in cur.fetchall()]
+            if lowered:
+                self._on_levels_lowered(page.host, lowered, level, page)
+
+    def _on_levels_lowered(
+        self, host: str, pages: Sequence[PageId], level: int, parent: PageData
+    ) -> None:
+        """Waiting pages moved up to ``level`` (a backend holding copies updates them)."""
 
     # -- a task's own tables -------------------------------------------------------
     def _write_task_rows(

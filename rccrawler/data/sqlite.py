@@ -230,6 +230,7 @@ class SQLiteDataManager(SQLDataManager):
             self._counters[host].budget_hit = bool(budget_hit)
         row = db.execute("SELECT max(id) FROM pages").fetchone()
         self._next_id = (row[0] or 0) + 1
+        self._load_deep_links(db.cursor())
         self._count_robots()
 
     def recover(self) -> int:

@@ -7,9 +7,16 @@ import logging
 from typing import TYPE_CHECKING
 
 from rccrawler.records import DownloadResult, PageData, SkipReason
-from rccrawler.robots import RobotsRules
+from rccrawler.robots import RobotsRules, cut_robots_body
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import link_scope, normalize_url, request_url, resolve_link
+from rccrawler.urls import (
+    link_scope,
+    named_authorities,
+    normalize_url,
+    own_request_block,
+    request_url,
+    resolve_link,
+)
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
@@ -33,6 +40,8 @@ class DownloadingThread(CrawlerThread):
         super().__init__(manager, index)
         self.fetcher = manager.fetcher
         self.crawl = manager.settings.crawl
+        self.named = named_authorities(manager.settings.sites, self.crawl.resolve)
+        """Hosts the settings name: the only non-public ones robots redirects may reach."""
 
     def step(self) -> bool:
         host = self.data.take_robots()
@@ -71,20 +80,39 @@ class DownloadingThread(CrawlerThread):
                 break
             if status is not None and 300 <= status < 400 and result.location:
                 target = resolve_link(url, result.location)
-                if target is None:
+                refused = "bad_url" if target is None else own_request_block(target, self.named)
+                if target is None or refused is not None:
+                    # Left as an unfollowed 3xx: robots.txt unavailable, RFC 9309 §2.3.1.2.
+                    logger.warning("%s: robots.txt redirects to %s, not followed (%s)",
+                                   host.host, target or result.location, refused)  # fmt: skip
                     break
                 url = target
                 continue
             break
         rules = RobotsRules.from_response(status, body, self.crawl.user_agent)
-        text = body.decode("utf-8", "replace") if status is not None and status < 300 else ""
-        if status is not None and 400 <= status < 500:
-            text = ""
+        ok = status is not None and 200 <= status < 300
+        text = cut_robots_body(body).decode("utf-8", "replace") if ok else ""
         blocked = rules.disallows_everything and (status is None or status >= 500)
         if blocked:
             answer = f"answered {status}" if status is not None else f"failed ({error})"
             logger.warning("%s: robots.txt %s; the host is not crawled", host.host, answer)
-        self.data.store_robots(host.host, status, text, rules.crawl_delay, blocked=blocked)
+        self.data.store_robots(
+            host.host, status, text, self.capped_crawl_delay(host.host, rules), blocked=blocked
+        )
+
+    def capped_crawl_delay(self, host: str, rules: RobotsRules) -> float | None:
+        """robots.txt's Crawl-delay in seconds, at most ``crawl.max_crawl_delay_ms``.
+
+        A site asking for more is still crawled, at the cap, with a warning: a huge
+        delay would otherwise keep the crawl from ever finishing (SPEC §5.8).
+        """
+        delay = rules.crawl_delay
+        cap = self.crawl.max_crawl_delay_ms / 1000.0
+        if delay is not None and delay > cap:
+            logger.warning("%s: robots.txt Crawl-delay %g s is capped to %g s "
+                           "(crawl.max_crawl_delay_ms)", host, delay, cap)  # fmt: skip
+            return cap
+        return delay
 
     # -- pages -----------------------------------------------------------
     def download(self, page: PageData) -> None:
@@ -119,6 +147,10 @@ class DownloadingThread(CrawlerThread):
     def follow_redirect(self, page: PageData, result: DownloadResult, rules: RobotsRules) -> None:
         """Turn a 3xx into the page's next URL, or end the page with a reason (SPEC §5.5)."""
         target = resolve_link(page.url, result.location)
+        if target is not None and link_scope(target, page.host) == SkipReason.SCHEME:
+            # javascript:, data:, mailto:... are not fetched, like such links (SPEC §5.3).
+            self.data.store_redirect(page.id, target, target, SkipReason.SCHEME)
+            return
         normalized = normalize_url(target, self.crawl.normalize_options) if target else None
         if target is None or normalized is None:
             self.data.store_download(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
@@ -12,6 +13,8 @@ from rccrawler.urls import link_scope, normalize_url, request_url
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
     from rccrawler.manager import ApplicationManager
+
+logger = logging.getLogger(__name__)
 
 
 class ParsingThread(CrawlerThread):
@@ -28,6 +31,7 @@ class ParsingThread(CrawlerThread):
         crawl = manager.settings.crawl
         self.crawl = crawl
         self.options = crawl.normalize_options
+        self.query_variants = manager.query_variants
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -35,9 +39,16 @@ class ParsingThread(CrawlerThread):
             return False
         page, body = item
         parsed = parse_html(
-            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse
-        )
+            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse,
+            max_links=self.crawl.max_links_per_page, max_depth=self.crawl.max_html_depth,
+        )  # fmt: skip
         links, skipped = self.classify_links(page, parsed)
+        if parsed.truncated:
+            # The crawl goes on with what was kept; skipped.csv names where the cut began.
+            logger.warning("%s: parse budget: %s", page.url, parsed.truncated)
+            if parsed.first_cut_link:
+                cut = parsed.first_cut_link
+                skipped.append(SkippedLink(normalize_url(cut) or cut, SkipReason.TRUNCATED))
         rows = self.process_page(page, body, parsed)
         self.data.store_parse(page.id, links, skipped, rows)
         return True
@@ -60,6 +71,7 @@ class ParsingThread(CrawlerThread):
         too_deep = page.level + 1 > self.crawl.max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
+        max_length = self.crawl.max_url_length
         for url in parsed.links:
             scope = link_scope(url, page.host)
             if scope is not None:
@@ -68,6 +80,13 @@ class ParsingThread(CrawlerThread):
             normalized = normalize_url(url, self.options)
             if normalized is None:
                 skipped.append(SkippedLink(url, SkipReason.SCHEME))
+                continue
+            if len(normalized) > max_length:
+                skipped.append(SkippedLink(normalized[:max_length], SkipReason.TOO_LONG))
+                continue
+            path, _, query = normalized.partition("?")
+            if not self.query_variants.admit(page.host, path, query):
+                skipped.append(SkippedLink(normalized, SkipReason.TOO_MANY_QUERIES))
                 continue
             if include and not any(token in url for token in include):
                 skipped.append(SkippedLink(normalized, SkipReason.INCLUDE))

@@ -25,6 +25,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from rccrawler.safetext import terminal_safe
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
@@ -321,7 +323,7 @@ def _pick_rows(
 
 def _cut(text: str, style: str = "") -> Text:
     """A one-line cell that ends in an ellipsis when its column is narrowed."""
-    return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+    return Text(terminal_safe(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
 def shorten_middle(host: str, width: int) -> str:
@@ -346,7 +348,7 @@ class HostCell:
     part that tells sites apart (the start, the end, the port) stays readable."""
 
     def __init__(self, host: str, min_width: int = 15) -> None:
-        self.host = host
+        self.host = terminal_safe(host)  # a host name is the site's to choose
         self.min_width = min_width
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
@@ -412,7 +414,7 @@ def _warnings_panel(warnings: list[tuple[float, str, str]]) -> RenderableType:
     for created, level, message in warnings:
         stamp = datetime.fromtimestamp(created).strftime("%H:%M:%S")
         style = "red" if level in ("ERROR", "CRITICAL") else "yellow"
-        lines.append(Text.assemble(f"  {stamp} ", (message, style), no_wrap=True))
+        lines.append(Text.assemble(f"  {stamp} ", (terminal_safe(message), style), no_wrap=True))
     return Group(*lines)
 
 
@@ -506,7 +508,7 @@ def report_table(report: Mapping[str, Any]) -> Table:
             kinds or "-",
             _bytes(int(site.get("bytes", 0))),
             f"{float(site.get('elapsed_s', 0.0)):.1f} s",
-            site.get("stop_reason") or "-",
+            Text(terminal_safe(site.get("stop_reason") or "-")),
         )
     if len(sites) > 1:
         table.add_section()

@@ -1,0 +1,141 @@
+"""Deadlines that hold (issue 15) and honest transport error kinds (issue 11), on loopback.
+
+A server that drips one byte just under the read timeout never trips a per-read
+timeout; each test here does exactly that and asserts the request ended at its
+deadline: the server saw the client hang up long before it had sent everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from rccrawler.config import CrawlSettings
+from rccrawler.exceptions import FetchError
+from rccrawler.fetch import Fetcher
+
+DRIPS = 400
+"""Bytes a drip server would send, one per ``interval``: 40 s at 0.1 s, far past any deadline."""
+
+
+@dataclass
+class DripServer:
+    """Answers every connection with ``prefix`` and then one byte of ``drip`` at a time."""
+
+    prefix: bytes
+    interval: float = 0.1
+    port: int = 0
+    sent: list[int] = field(default_factory=list)
+    """Dripped bytes per connection, recorded when the client hung up (or all were sent)."""
+    hung_up: threading.Event = field(default_factory=threading.Event)
+
+
+@contextlib.contextmanager
+def drip_server(prefix: bytes, interval: float = 0.1) -> Iterator[DripServer]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.05)
+    server = DripServer(prefix, interval, listener.getsockname()[1])
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        count = 0
+        with contextlib.suppress(OSError), conn:
+            conn.recv(65536)
+            conn.sendall(server.prefix)
+            while count < DRIPS and not stop.wait(server.interval):
+                conn.sendall(
+                    b"x"
+                    if b"\r\n\r\n" in server.prefix
+                    else b"X-Drip: 1\r\n"[count % 11 : count % 11 + 1]
+                )
+                count += 1
+        server.sent.append(count)
+        server.hung_up.set()
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def fetcher(port: int, **crawl: object) -> Fetcher:
+    settings = CrawlSettings(resolve={"drip.test:80": f"127.0.0.1:{port}"}, cookies=False,
+                             **crawl)  # type: ignore[arg-type]  # fmt: skip
+    return Fetcher(settings)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\n", id="headers"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 100000\r\n\r\n",
+            id="body-with-length",
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n", id="body-to-close"),
+    ],
+)
+def test_a_dripping_server_ends_at_the_request_deadline(prefix):
+    with drip_server(prefix) as server:
+        # Each byte comes well within timeout_s; only the whole-request deadline
+        # (2 × timeout_s = 1 s, 10 drips) can end this.
+        client = fetcher(server.port, timeout_s=0.5)
+        try:
+            with pytest.raises(FetchError) as caught:
+                client.get("http://drip.test/")
+        finally:
+            client.close()
+        assert caught.value.kind == "timeout"
+        assert server.hung_up.wait(10)
+        assert server.sent and server.sent[0] < DRIPS // 4
+
+
+def test_the_deadline_does_not_cut_a_fast_answer():
+    prefix = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 5\r\n\r\nhello"
+    with drip_server(prefix) as server:
+        client = fetcher(server.port, timeout_s=5)
+        try:
+            response = client.get("http://drip.test/")
+        finally:
+            client.close()
+    assert (response.status, response.body) == (200, b"hello")
+
+
+def test_refused_unresolvable_and_timed_out_are_different_kinds():
+    """urllib3's NewConnectionError subclasses ConnectTimeoutError: a refused port
+    or an unknown name must not be reported as a timeout."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    settings = CrawlSettings(resolve={"refused.test:80": f"127.0.0.1:{port}"}, cookies=False)
+    client = Fetcher(settings)
+    try:
+        refused = client.download("http://refused.test/")
+        unknown = client.download("http://no-such-host.invalid/")
+    finally:
+        client.close()
+    assert (refused.error, unknown.error) == ("connection_refused", "dns")
+    with drip_server(b"HTTP/1.1 200 OK\r\n", interval=5) as server:
+        client = fetcher(server.port, timeout_s=0.3)
+        try:
+            slow = client.download("http://drip.test/")
+        finally:
+            client.close()
+    assert slow.error == "timeout"
