@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from rccrawler.exceptions import StateError
 from rccrawler.runlog import RunLog
 from rccrawler.unloaders import ResultUnloader, host_file_stem
 from rccrawler.urls import host_of
@@ -32,6 +33,25 @@ def discard_stored_state(manager_cls: type[ApplicationManager], settings: Settin
     The caller holds the state lock (SQLite), so no running crawl loses its files.
     """
     manager_cls.discard_state(settings)
+
+
+def refuse_if_running(manager_cls: type[ApplicationManager], settings: Settings) -> None:
+    """Raise StateError when workers of this crawl are alive in shared storage (SQLite
+    crawls are kept out by the state lock instead): --fresh must change nothing then."""
+    from rccrawler.data.storage import is_shared, open_storage, state_exists
+
+    if not is_shared(settings) or not state_exists(settings):
+        return
+    from rccrawler.data.postgres import PostgresDataManager
+
+    with open_storage(settings, task_tables=manager_cls.task_tables) as data:
+        alive = data.workers() if isinstance(data, PostgresDataManager) else []
+    running = [f"pid {pid} on {machine}" for _owner, machine, pid, live in alive if live]
+    if running:
+        raise StateError(
+            f"the crawl {settings.crawl_name} is running ({', '.join(running)}); "
+            "stop it first (rccrawler stop --config ...)"
+        )
 
 
 def crawl_hosts(manager_cls: type[ApplicationManager], settings: Settings) -> set[str]:
@@ -75,14 +95,16 @@ def owned_output_files(
 def start_fresh(manager: ApplicationManager) -> list[Path]:
     """Discard what this crawl owns before it runs (``--fresh``).
 
-    Takes the state lock first, so a crawl that is running is refused (StateError)
-    before anything changes; the lock stays held for the run that follows.
+    Takes the state lock first (SQLite), or looks for live workers (PostgreSQL), so a
+    crawl that is running is refused (StateError) before anything changes; the lock
+    stays held for the run that follows.
 
     Returns:
         The output files removed.
     """
     manager.lock_state()
     cls, settings = type(manager), manager.settings
+    refuse_if_running(cls, settings)
     hosts = crawl_hosts(cls, settings)
     removed = owned_output_files(manager.unloader_classes, settings.output_dir, hosts)
     discard_stored_state(cls, settings)

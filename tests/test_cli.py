@@ -528,3 +528,28 @@ def test_a_second_interrupt_stops_at_once_with_130(serve, tmp_path):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.05)
     assert proc.returncode == 130
+
+
+@needs_postgres
+def test_fresh_is_refused_while_a_postgresql_worker_runs(serve, tmp_path):
+    server = serve({"a.test": generated_site("a.test", 300)})
+    name = f"honest-{uuid.uuid4().hex}"
+    write_settings(tmp_path, server, storage=PG_URL, name=name, crawl={"crawl_delay_ms": 30})
+    try:
+        with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
+            wait_until(lambda: len(server.hits_for("a.test")) >= 10, proc)
+            refused = cli("--config", "settings.yaml", "--fresh", "-q", cwd=tmp_path)
+            assert refused.returncode == 2
+            assert len(refused.stderr.strip().splitlines()) == 1
+            assert f"pid {proc.pid} on " in refused.stderr and "is running" in refused.stderr
+            assert cli("stop", "--config", "settings.yaml", cwd=tmp_path).returncode == 0
+            out, _err = proc.communicate(timeout=RUN_TIMEOUT)
+        assert "stopped: run the same command to resume" in out
+        # The state survived the refused --fresh: the crawl resumes, nothing fetched twice.
+        assert cli("--config", "settings.yaml", "-q", cwd=tmp_path).returncode == 0
+        paths = [hit.path for hit in server.hits_for("a.test") if hit.path != "/robots.txt"]
+        assert len(paths) == len(set(paths)) == 300
+    finally:
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        PostgresDataManager.drop(PG_URL, schema_for(name))
