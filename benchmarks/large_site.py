@@ -26,7 +26,8 @@ from rccrawler.sample_sites import generated_site
 
 
 def crawler(config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "rccrawler", *args, "--config", str(config), "--no-tui", "-q"]
+    crawl_only = [] if args else ["--no-tui"]  # the other commands have no live view
+    return [sys.executable, "-m", "rccrawler", *args, "--config", str(config), *crawl_only, "-q"]
 
 
 def full_crawl(pages: int) -> dict[str, float]:

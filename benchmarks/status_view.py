@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 from common import write_settings
 
+from rccrawler.fresh import start_fresh
 from rccrawler.loopback import Resource, redirect, serve_sites
 from rccrawler.manager import load_settings
 from rccrawler.sample_sites import generated_site, page_path
@@ -79,8 +80,8 @@ def crawl_once(config: Path, *, with_view: bool) -> tuple[int, float, float]:
     """One fresh crawl in this process: pages done, seconds of crawling, and seconds
     per frame of the view (0 without it)."""
     manager_cls, settings = load_settings(config)
-    manager_cls.fresh(settings)
     manager = manager_cls(settings)
+    start_fresh(manager)
     view = None
     devnull = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     try:

@@ -45,6 +45,7 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         tui: show the live status view; None means "when stdout is a terminal".
     """
     from rccrawler.cli import print_summary, run_manager
+    from rccrawler.fresh import start_fresh
     from rccrawler.loading import load_class
     from rccrawler.manager import ApplicationManager
 
@@ -54,9 +55,9 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         settings = settings_from_mapping(
             raw, allowed_sections=frozenset(manager_cls.settings_sections)
         )
-        manager_cls.fresh(settings)
-        print(f"serving the sample site {DEMO_HOST} on 127.0.0.1:{server.server_port}; crawling it")
         manager = manager_cls(settings)
+        start_fresh(manager)
+        print(f"serving the sample site {DEMO_HOST} on 127.0.0.1:{server.server_port}; crawling it")
         code = run_manager(manager, summary=False, tui=tui)
         requests = len(server.hits)
     if manager.finished:
@@ -67,6 +68,7 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         for name in ("nodes.csv", "arcs.csv", "graphml", "skipped.csv"):
             print(f"  {output_dir / f'{DEMO_HOST}.{name}'}")
         print(f"  {output_dir / 'report.json'}")
+        print(f"  {output_dir / 'report.html'}")
         hits = manager_cls.search(settings, DEMO_QUERY, 3)
         if hits is not None:
             print(f"sample search for {DEMO_QUERY!r}, best {len(hits)}:")

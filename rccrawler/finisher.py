@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rccrawler.policy import BLOCKED_BY_ROBOTS
+
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
     from rccrawler.records import CrawlStats, HostStats
@@ -35,3 +37,31 @@ class ApplicationFinisher:
     def crawl_finished(self, stats: CrawlStats) -> bool:
         """True when every site has a stop reason."""
         return all(self.site_stop_reason(host) is not None for host in stats.hosts)
+
+    def site_failure(self, stats: HostStats) -> str | None:
+        """Why this site failed entirely, or None when the server answered something
+        (or the site's crawl is not over yet).
+
+        A site fails entirely when no request of it got an HTTP answer: unreachable,
+        refused, a name that does not resolve, robots.txt 5xx... Its stop reason or its
+        error kinds say why. A site whose pages all answered 404 did answer: its pages
+        are errors, and the crawl's outcome is still a success.
+        """
+        answered = any(kind.startswith("http_") for kind, _n in stats.errors_by_kind)
+        if stats.done or stats.duplicates or stats.bytes or answered:
+            return None
+        if self.site_stop_reason(stats) is None:
+            return None  # still going: it may fetch something yet
+        if stats.stop_reason.startswith(BLOCKED_BY_ROBOTS):
+            return stats.stop_reason
+        kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind)
+        return kinds or stats.stop_reason or "nothing fetched"
+
+    def failed_sites(self, stats: CrawlStats) -> dict[str, str]:
+        """The sites that failed entirely, with why (see :meth:`site_failure`)."""
+        failed = {}
+        for host in stats.hosts:
+            reason = self.site_failure(host)
+            if reason is not None:
+                failed[host.host] = reason
+        return failed

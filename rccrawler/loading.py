@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
+from pathlib import Path
 from typing import TypeVar
 
 from rccrawler.exceptions import ConfigError
@@ -38,3 +40,14 @@ def load_class(key: str, path: str, base: type[T]) -> type[T]:
 def dotted_path(cls: type) -> str:
     """The dotted path that load_class() would resolve back to ``cls``."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def importable_beside(settings_file: Path) -> None:
+    """Let dotted paths name modules beside ``settings_file`` or in the working directory,
+    as Scrapy does for a project's folder: ``manager: mytask.TitleManager`` finds the
+    ``mytask.py`` next to ``settings.yaml`` with no PYTHONPATH to set. The folders go
+    last on the path, so a file there never hides an installed package."""
+    for folder in (Path.cwd(), settings_file.resolve().parent):
+        entry = str(folder)
+        if entry not in sys.path:
+            sys.path.append(entry)  # after the installed packages: never shadow them

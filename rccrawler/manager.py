@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import shutil
 import threading
 import time
 import warnings
@@ -21,9 +20,10 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
-from rccrawler.loading import dotted_path, load_class
+from rccrawler.loading import dotted_path, importable_beside, load_class
 from rccrawler.memory import tune_malloc
 from rccrawler.records import HostData
+from rccrawler.runlog import RunLog
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
@@ -63,6 +63,7 @@ def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]
     """
     path = Path(path)
     raw = read_settings_file(path)
+    importable_beside(path)
     manager_path = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
     manager_cls = load_class("manager", manager_path, ApplicationManager)
     settings = settings_from_mapping(
@@ -108,6 +109,8 @@ class ApplicationManager:
         self.stop_reason = ""
         self.finished = False
         self.report: dict[str, Any] = {}
+        self.failed_sites: dict[str, str] = {}
+        """Sites of a finished crawl that fetched nothing, with why (exit code 1)."""
         self.unload_failures: list[str] = []
         """Output that could not be written, one line each (set by unload())."""
         self.view: Any = None
@@ -218,7 +221,10 @@ class ApplicationManager:
         """Take the state_dir lock, so a second process on the same state refuses to start.
 
         PostgreSQL storage is shared by design (SPEC §9): no exclusive lock then.
+        Taking it again while held (``--fresh`` took it before ``run``) is a no-op.
         """
+        if self._lock_handle is not None:
+            return
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             if is_shared(self.settings):
@@ -349,6 +355,8 @@ class ApplicationManager:
         tune_malloc()
         self.open()
         self._started = time.monotonic()
+        run_log = RunLog(self.state_dir)
+        run_log.begin()
         try:
             self.threads = self.create_threads()
             for thread in self.threads:
@@ -361,11 +369,14 @@ class ApplicationManager:
                 raise crashed[0]
             self._ended = time.monotonic()
             self.save_cookies()
+            if self.finished:
+                self.failed_sites = self.finisher.failed_sites(self.data.statistics())
             # Of several workers sharing a crawl, one writes the files (SPEC §9).
             if self.finished and self.data.try_elect("unload"):
                 self.unload()
             return self.finished
         finally:
+            run_log.end()
             self.fetcher.close()
             self.data.close()
             self.stop_file.unlink(missing_ok=True)
@@ -419,7 +430,12 @@ class ApplicationManager:
         Returns:
             What failed, one line each; also kept in ``unload_failures`` (exit code 1).
         """
-        self.settings.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.settings.output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            logger.error("cannot write the output directory %s: %s", self.settings.output_dir, exc)
+            self.unload_failures.append(f"cannot write {self.settings.output_dir}: {exc}")
+            return self.unload_failures
         for cls in self.unloader_classes:
             unloader = None
             try:
@@ -435,10 +451,3 @@ class ApplicationManager:
             for path in files:
                 logger.info("wrote %s", path)
         return self.unload_failures
-
-    @classmethod
-    def fresh(cls, settings: Settings) -> None:
-        """Discard the saved state of these settings (and their output)."""
-        cls.discard_state(settings)
-        if settings.output_dir.exists() and settings.output_dir.is_dir():
-            shutil.rmtree(settings.output_dir, ignore_errors=True)

@@ -13,15 +13,17 @@ import weakref
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from rccrawler.records import PageData, PageState
+from rccrawler.records import PageData, PageId, PageState
+from rccrawler.runlog import RunLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from rccrawler.data.base import DataManager
     from rccrawler.manager import ApplicationManager
-    from rccrawler.records import HostData
+    from rccrawler.records import HostData, HostStats
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,12 +48,30 @@ def host_file_stem(host: str) -> str:
     return f"{stem[: MAX_STEM_BYTES - len(digest) - 1]}-{digest}"
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (os.umask() would, for a moment,
+    for every thread); 0o022 when the system does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
 @contextmanager
 def atomic_write(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
-    """Write a text file whole or not at all (a crash never leaves half a file)."""
+    """Write a text file whole or not at all (a crash never leaves half a file).
+
+    The file gets the mode a plain open() would give it (0666 less the umask), not
+    mkstemp's private 0600: output files are for sharing.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as handle:
             yield handle
         os.replace(tmp, path)
@@ -91,6 +111,11 @@ class ResultUnloader:
     Args:
         manager: the manager of the finished crawl; read its ``data`` and ``settings``.
     """
+
+    output_names: ClassVar[tuple[str, ...]] = ()
+    """The files this unloader writes in ``output_dir``: names or glob patterns, where
+    ``{stem}`` stands for each site's file stem (see :func:`host_file_stem`). ``--fresh``
+    removes exactly these, and nothing else the folder holds."""
 
     def __init__(self, manager: ApplicationManager) -> None:
         self.manager = manager
@@ -154,49 +179,89 @@ def page_skip_reason(page: PageData) -> str:
     return ""
 
 
+def graph_arcs(
+    data: DataManager, host: str, self_links: list[int] | None = None
+) -> Iterator[tuple[PageId, PageId]]:
+    """The arcs of a site's graph: links between nodes, each once, without self-links.
+
+    A page that links to itself (a ``#fragment`` link, a "top of page" link) adds nothing
+    to the graph's structure, so the link is left out of ``H.arcs.csv`` and
+    ``H.graphml`` and counted in the report as ``self_links``.
+
+    Args:
+        data: the crawl's storage.
+        host: the site.
+        self_links: when given, its first item is increased by the self-links left out.
+    """
+    for source, target in data.iter_arcs(host):
+        if source == target:
+            if self_links is not None:
+                self_links[0] += 1
+            continue
+        yield source, target
+
+
+def site_counts(manager: ApplicationManager, host: HostStats, run_log: RunLog) -> dict[str, Any]:
+    """One site's figures in report.json; each is defined once, in the README's "What it
+    writes", and ``status --json`` and the files agree with it."""
+    data = manager.data
+    skipped: Counter[str] = Counter(reason for _url, reason, _on in data.iter_skipped(host.host))
+    truncated = 0
+    for page in data.iter_pages(host.host):
+        reason = page_skip_reason(page)
+        if reason:
+            skipped[reason] += 1
+        truncated += page.truncated
+    self_links = [0]
+    arcs = sum(1 for _arc in graph_arcs(data, host.host, self_links))
+    end = host.finished_at or data.statistics().taken_at
+    return {
+        "pages_done": host.done,
+        "errors": host.errors,
+        "errors_by_kind": dict(host.errors_by_kind),
+        "duplicates": host.duplicates,
+        "skipped": sum(skipped.values()),
+        "skipped_by_reason": dict(sorted(skipped.items())),
+        "arcs": arcs,
+        "self_links": self_links[0],
+        "truncated": truncated,
+        "waiting": host.waiting,
+        "bytes": host.bytes,
+        "crawl_delay_s": host.crawl_delay,
+        "elapsed_s": round(run_log.active_seconds(host.started_at, end), 3),
+        "stop_reason": host.stop_reason or manager.finisher.site_stop_reason(host) or "",
+        "failed": manager.finisher.site_failure(host) or "",
+    }
+
+
 def build_report(manager: ApplicationManager) -> dict[str, Any]:
     """The information retrieval report: per site pages, errors by kind, duplicates, bytes,
     elapsed, why it stopped, and every URL not crawled counted by reason (as H.skipped.csv)."""
     stats = manager.data.statistics()
-    sites: dict[str, Any] = {}
-    for host in stats.hosts:
-        skipped: Counter[str] = Counter(
-            reason for _url, reason, _on in manager.data.iter_skipped(host.host)
-        )
-        truncated = 0
-        for page in manager.data.iter_pages(host.host):
-            reason = page_skip_reason(page)
-            if reason:
-                skipped[reason] += 1
-            truncated += page.truncated
-        end = host.finished_at or stats.taken_at
-        sites[host.host] = {
-            "pages_done": host.done,
-            "errors": host.errors,
-            "errors_by_kind": dict(host.errors_by_kind),
-            "duplicates": host.duplicates,
-            "skipped_pages": host.skipped,
-            "skipped_by_reason": dict(sorted(skipped.items())),
-            "truncated": truncated,
-            "waiting": host.waiting,
-            "bytes": host.bytes,
-            "crawl_delay_s": host.crawl_delay,
-            "elapsed_s": round(max(0.0, end - host.started_at), 3) if host.started_at else 0.0,
-            "stop_reason": host.stop_reason or manager.finisher.site_stop_reason(host) or "",
-        }
+    run_log = RunLog(manager.settings.state_dir)
+    sites = {host.host: site_counts(manager, host, run_log) for host in stats.hosts}
+    runs = run_log.intervals()
     return {
         "manager": manager.settings.manager,
         "finished": manager.finished,
         "stop_reason": manager.stop_reason,
         "pages_done": sum(site["pages_done"] for site in sites.values()),
+        "errors": sum(site["errors"] for site in sites.values()),
+        "duplicates": sum(site["duplicates"] for site in sites.values()),
+        "skipped": sum(site["skipped"] for site in sites.values()),
         "bytes": stats.bytes,
-        "elapsed_s": round(manager.elapsed, 3),
+        "elapsed_s": round(sum(end - start for start, end in runs), 3),
+        "runs": len(runs),
+        "failed_sites": {host: site["failed"] for host, site in sites.items() if site["failed"]},
         "sites": sites,
     }
 
 
 class ReportUnloader(ResultUnloader):
-    """Writes ``report.json`` (SPEC §8); a task's subclass adds its own keys in build()."""
+    """Writes ``report.json`` (SPEC §8); a task's subclass adds its own keys in build().
+    The web-graph task's HtmlReportUnloader draws the same figures in ``report.html``."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("report.json",)
 
     def build(self) -> dict[str, Any]:
         """The report to write (and keep as ``manager.report``)."""

@@ -32,8 +32,9 @@ IN_FLIGHT = ("running", "downloaded", "parsing")
 
 def spawn(config: Path, *args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    crawl_only = [] if args else ["--no-tui"]  # the other commands have no live view
     return subprocess.Popen(
-        [sys.executable, "-m", "rccrawler", *args, "--config", str(config), "--no-tui", "-q"],
+        [sys.executable, "-m", "rccrawler", *args, "--config", str(config), *crawl_only, "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 

@@ -25,7 +25,7 @@ from webserver import Resource, redirect
 from rccrawler.records import CrawlStats, HostStats
 from rccrawler.sample_sites import generated_site, page_path
 from rccrawler.threads.routine import RoutineThread
-from rccrawler.ui.status import StatusView, WarningBuffer, print_report
+from rccrawler.ui.status import StatusView, WarningBuffer, print_report, shorten_middle
 from rccrawler.ui.terminal import TerminalSession, VirtualScreen, strip_ansi
 
 HOSTS = ("a.test", "b.test", "c.test")
@@ -204,7 +204,8 @@ def test_plain_log_lines_when_stdout_is_a_pipe(serve, tmp_path):
     assert log and all(TIMESTAMP.match(line) for line in log), proc.stderr
     progress = [line for line in log if "progress:" in line]
     assert progress, proc.stderr
-    assert re.search(r"progress: \d+ pages done, \d+ queued, \d+ errors, \d/3 sites crawling, "
+    assert re.search(r"progress: \d+ done, \d+ duplicates, \d+ queued, \d+ errors, \d/3 sites "
+                     r"crawling, "
                      r"[\d.]+ pages/s, [\d.]+ MB/s", progress[0])  # fmt: skip
     assert any("WARNING" in line and "b.test: 1 page failed with redirect_loop" in line
                for line in log)  # fmt: skip
@@ -368,10 +369,10 @@ def test_report_table_has_every_figure_of_report_json():
         "finished": True, "stop_reason": "finished", "bytes": 5_300_000, "elapsed_s": 12.5,
         "sites": {
             "a.test": {"pages_done": 1200, "errors": 3, "errors_by_kind": {"timeout": 2,
-                       "http_404": 1}, "duplicates": 4, "skipped_pages": 5, "bytes": 5_000_000,
+                       "http_404": 1}, "duplicates": 4, "skipped": 5, "bytes": 5_000_000,
                        "elapsed_s": 12.0, "stop_reason": "no waiting links left"},
             "b.test": {"pages_done": 0, "errors": 0, "errors_by_kind": {}, "duplicates": 0,
-                       "skipped_pages": 1, "bytes": 300_000, "elapsed_s": 0.4,
+                       "skipped": 1, "bytes": 300_000, "elapsed_s": 0.4,
                        "stop_reason": "robots.txt unavailable (HTTP 503)"},
         },
     }  # fmt: skip
@@ -416,3 +417,36 @@ def test_virtual_screen(data, screen):
     virtual = VirtualScreen(height=5)
     virtual.feed(data)
     assert virtual.display() == screen
+
+
+def test_hosts_stay_readable_at_80_columns():
+    """Hosts that differ only by port, or only at their ends, stay apart on a narrow
+    terminal: the middle gives way, the port stays whole."""
+    view = StatusView(downloading_threads=4, parsing_threads=2, clock=MockClock())
+    long = "very-long-subdomain.example.org:8443"
+    names = ("127.0.0.1:8081", "127.0.0.1:8082", f"one.{long}", f"two.{long}")
+    view.update(snapshot(*(host(name, done=5, waiting=3) for name in names)))
+    screen = render(view, width=80)
+    assert all(len(line) <= 80 for line in screen.splitlines())
+    rows = [line.split()[0] for line in screen.splitlines()[3:7]]
+    assert rows[:2] == ["127.0.0.1:8081", "127.0.0.1:8082"]
+    assert rows[2] != rows[3] and all(row.endswith(":8443") and "…" in row for row in rows[2:])
+    assert rows[2].startswith("one") and rows[3].startswith("two")
+
+
+def test_shorten_middle_keeps_the_port():
+    assert shorten_middle("a.test", 10) == "a.test"
+    assert shorten_middle("docs.example.org:8080", 12) == "doc…org:8080"
+    assert len(shorten_middle("docs.example.org:8080", 12)) == 12
+    assert shorten_middle("docs.example.org", 9) == "docs….org"
+
+
+def test_pages_per_second_after_a_resume_counts_only_this_run(caplog):
+    routine = RoutineThread.__new__(RoutineThread)  # only the bookkeeping, no crawl
+    routine._errors_seen = None
+    routine._last_progress = 100.0
+    routine.take_baseline(snapshot(host("a.test", done=500, bytes=5_000_000)))  # earlier runs
+    with caplog.at_level(logging.INFO, logger="rccrawler.threads.routine"):
+        routine.log_progress(snapshot(host("a.test", done=550, bytes=6_000_000)), now=110.0)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "550 done, 0 duplicates" in line and "5.0 pages/s, 0.10 MB/s" in line

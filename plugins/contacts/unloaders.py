@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.contacts.threads import CONTACTS
 from rccrawler.unloaders import ResultUnloader
@@ -15,6 +15,8 @@ CONTACTS_HEADER = ("kind", "value", "found_on")
 
 class ContactsUnloader(ResultUnloader):
     """Writes ``H.contacts.csv``: one row per contact and page it was found on, sorted."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.contacts.csv",)
 
     def unload(self) -> list[Path]:
         return self.write_site_csvs("contacts.csv", CONTACTS_HEADER, self.contacts)

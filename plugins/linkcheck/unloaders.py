@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.linkcheck.broken import BrokenLink, find_broken
 from plugins.linkcheck.external import ExternalChecker, check_external_enabled
@@ -61,6 +61,8 @@ def external_statuses(manager: ApplicationManager) -> dict[str, str]:
 
 class BrokenLinksUnloader(ResultUnloader):
     """Writes ``H.broken.csv``: one row per broken URL and page linking to it (SPEC §8)."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.broken.csv",)
 
     def unload(self) -> list[Path]:
         return self.write_site_csvs(

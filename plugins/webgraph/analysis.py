@@ -129,11 +129,12 @@ def site_analysis(manager: ApplicationManager, host: str) -> LinkAnalysis:
     """The link analysis of one site of a finished crawl, computed once per crawl
     (the CSV, GraphML and HTML unloaders all need it)."""
     from plugins.webgraph.unloaders import is_node  # it imports this module
+    from rccrawler.unloaders import graph_arcs
 
     def compute() -> LinkAnalysis:
         data = manager.data
         # A duplicate is not a node of its own: its links count for the page it duplicates.
         nodes = (p.id for p in data.iter_pages(host) if is_node(p) and p.replace_id is None)
-        return analyse(nodes, data.iter_arcs(host))
+        return analyse(nodes, graph_arcs(data, host))  # the arcs of H.arcs.csv
 
     return shared_result(manager, "webgraph.analysis", host, compute)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 import jinja2
@@ -147,6 +147,7 @@ def _environment() -> jinja2.Environment:
 class HtmlReportUnloader(ResultUnloader):
     """Writes ``report.html`` beside report.json: per site, its numbers and six charts."""
 
+    output_names: ClassVar[tuple[str, ...]] = ("report.html",)
     template = "report.html"
 
     def unload(self) -> list[Path]:

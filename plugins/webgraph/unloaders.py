@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import csv
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, ClassVar
 from xml.sax.saxutils import quoteattr
 
 from plugins.webgraph.analysis import site_analysis
 from rccrawler.records import PageData, PageState
-from rccrawler.unloaders import ResultUnloader, atomic_write, host_file_stem, page_skip_reason
+from rccrawler.unloaders import (
+    ResultUnloader,
+    atomic_write,
+    graph_arcs,
+    host_file_stem,
+    page_skip_reason,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -25,7 +32,7 @@ NODE_HEADER = (
 
 def is_node(page: PageData) -> bool:
     """A page of the graph (SPEC §5.4): answered 200 with HTML; a duplicate is listed with
-    duplicate_of set, a redirect alias is not listed."""
+    duplicate_of set (in the CSV and the GraphML alike), a redirect alias is not listed."""
     return (
         page.state is PageState.DONE and page.http_status == 200 and page.error_code != "redirect"
     )
@@ -36,13 +43,28 @@ def graph_nodes(unloader: ResultUnloader, host: str) -> Iterator[PageData]:
 
 
 class CsvGraphUnloader(ResultUnloader):
-    """Writes ``H.nodes.csv`` and ``H.arcs.csv`` for every site."""
+    """Writes ``H.nodes.csv`` and ``H.arcs.csv`` for every site.
+
+    ``out_degree`` is what it says: the node's rows in ``H.arcs.csv`` (links to pages
+    that turned out to be errors, non-HTML or off the graph are not arcs, so they do
+    not count; nor does a link of a page to itself).
+    """
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.nodes.csv", "{stem}.arcs.csv")
 
     def unload(self) -> list[Path]:
         return self.unload_per_site(self.unload_site)
 
     def unload_site(self, host: HostData) -> list[Path]:
         stem = host_file_stem(host.host)
+        out_degree: Counter[int] = Counter()
+        arcs = self.output_dir / f"{stem}.arcs.csv"
+        with atomic_write(arcs, newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(("from", "to"))
+            for source, target in graph_arcs(self.data, host.host):
+                out_degree[source] += 1
+                writer.writerow((source, target))
         nodes = self.output_dir / f"{stem}.nodes.csv"
         analysis = site_analysis(self.manager, host.host)
         with atomic_write(nodes, newline="") as handle:
@@ -52,18 +74,16 @@ class CsvGraphUnloader(ResultUnloader):
                 writer.writerow(
                     (page.id, page.normalized_url, page.level, page.http_status,
                      page.content_type.split(";")[0].strip(), page.content_hash,
-                     page.replace_id or "", page.out_degree, *_link_columns(analysis, page))
+                     page.replace_id or "", out_degree[page.id], *_link_columns(analysis, page))
                 )  # fmt: skip
-        arcs = self.output_dir / f"{stem}.arcs.csv"
-        with atomic_write(arcs, newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(("from", "to"))
-            writer.writerows(self.data.iter_arcs(host.host))
         return [nodes, arcs]
 
 
 class GraphMLUnloader(ResultUnloader):
-    """Writes ``H.graphml``: the same graph, for Gephi, networkx or yEd."""
+    """Writes ``H.graphml``: the same graph as the CSV files (the same nodes, duplicates
+    with their ``duplicate_of``, the same arcs), for Gephi, networkx or yEd."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.graphml",)
 
     def unload(self) -> list[Path]:
         return self.unload_per_site(self.unload_site)
@@ -80,19 +100,24 @@ class GraphMLUnloader(ResultUnloader):
                 '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
                 '  <key id="in_degree" for="node" attr.name="in_degree" attr.type="int"/>\n'
                 '  <key id="pagerank" for="node" attr.name="pagerank" attr.type="double"/>\n'
+                '  <key id="duplicate_of" for="node" attr.name="duplicate_of"'
+                ' attr.type="string"/>\n'
                 f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
             )
             for page in graph_nodes(self, host.host):
-                if page.replace_id is not None:
-                    continue  # a duplicate is the page it duplicates
+                duplicate = (
+                    f'<data key="duplicate_of">n{page.replace_id}</data>'
+                    if page.replace_id is not None
+                    else ""
+                )
                 handle.write(
                     f'    <node id="n{page.id}"><data key="url">'
                     f"{_escape(page.normalized_url)}</data>"
                     f'<data key="level">{page.level}</data>'
                     f'<data key="status">{page.http_status}</data>'
-                    f"{_link_data(analysis, page)}</node>\n"
+                    f"{_link_data(analysis, page)}{duplicate}</node>\n"
                 )
-            for number, (source, target) in enumerate(self.data.iter_arcs(host.host)):
+            for number, (source, target) in enumerate(graph_arcs(self.data, host.host)):
                 handle.write(f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n')
             handle.write("  </graph>\n</graphml>\n")
         return [path]
@@ -100,6 +125,8 @@ class GraphMLUnloader(ResultUnloader):
 
 class SkippedUnloader(ResultUnloader):
     """Writes ``H.skipped.csv``: every URL found and not crawled, once, with why."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.skipped.csv",)
 
     def unload(self) -> list[Path]:
         return self.unload_per_site(self.unload_site)

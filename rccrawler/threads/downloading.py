@@ -126,6 +126,10 @@ class DownloadingThread(CrawlerThread):
             referer=page.referer,
             on_send=lambda: self.data.mark_request_sent(page.host),
         )
+        # One line per fetch with -v: what came back, for which URL, how fast.
+        logger.debug(
+            "fetched %s %s %.0f ms", result.status or result.error, page.url, result.elapsed * 1000
+        )
         if result.status is not None and 300 <= result.status < 400 and result.location:
             self.follow_redirect(page, result, rules)
             return

@@ -68,7 +68,7 @@ class RoutineThread(CrawlerThread):
             self.manager.request_stop("stop requested")
             return True
         if self._errors_seen is None:
-            self.warn_new_errors(self.data.statistics())  # the baseline
+            self.take_baseline(self.data.statistics())
         now = time.monotonic()
         view: StatusSink | None = self.manager.view
         if view is not None:
@@ -93,6 +93,12 @@ class RoutineThread(CrawlerThread):
             except Exception:  # the crawl's outcome must not depend on the display
                 logger.debug("last status snapshot failed", exc_info=True)
 
+    def take_baseline(self, stats: CrawlStats) -> None:
+        """What a resumed crawl did in its earlier runs is neither news (warnings) nor
+        speed (pages/s counts this run only)."""
+        self.warn_new_errors(stats)
+        self._last_done, self._last_bytes = stats.pages_done, stats.bytes
+
     def log_progress(self, stats: CrawlStats, now: float) -> None:
         """One plain progress line: counts, and rates since the previous line."""
         seconds = max(1e-6, now - self._last_progress)
@@ -100,9 +106,10 @@ class RoutineThread(CrawlerThread):
         mb_rate = (stats.bytes - self._last_bytes) / seconds / 1e6
         crawling = sum(1 for host in stats.hosts if not host.stop_reason)
         logger.info(
-            "progress: %d pages done, %d queued, %d errors, %d/%d sites crawling, "
+            "progress: %d done, %d duplicates, %d queued, %d errors, %d/%d sites crawling, "
             "%.1f pages/s, %.2f MB/s, %.1f MB",
-            stats.pages_done,
+            sum(host.done for host in stats.hosts),
+            sum(host.duplicates for host in stats.hosts),
             stats.active,
             sum(host.errors for host in stats.hosts),
             crawling,

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
+from rich.measure import Measurement
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -229,7 +230,8 @@ class StatusView:
         room = max(3, height - FIXED_LINES - len(warnings))
         shown, rest = _pick_rows(new.hosts, before, room)
 
-        bar_width = 20 if width >= 130 else 12
+        # Below 100 columns the bar gives its room to the site names (the % stays).
+        bar_width = 20 if width >= 130 else 12 if width >= 100 else 0
         # Narrow gaps (one pad + the box's blank separator): the row must fit 100 columns.
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
         # Site and status are the columns that give way on a narrow screen (their cells
@@ -238,11 +240,13 @@ class StatusView:
         for name in ("done", "waiting", "running", "errors", "dups"):
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
         table.add_column("delay", justify="right", no_wrap=True, min_width=5)
-        table.add_column("progress", no_wrap=True, width=bar_width)
+        if bar_width:
+            table.add_column("progress", no_wrap=True, width=bar_width)
         table.add_column("", justify="right", no_wrap=True, width=4)
-        table.add_column("status", min_width=8)
+        # On a narrow screen the status gives way before the site names do.
+        table.add_column("status", min_width=8, max_width=None if bar_width else 10)
         for host in shown:
-            table.add_row(*_row(_cut(host.host), [host], bar_width, _host_status(host)))
+            table.add_row(*_row(HostCell(host.host), [host], bar_width, _host_status(host)))
         if rest:
             crawling = sum(1 for host in rest if not host.stop_reason)
             table.add_row(
@@ -322,8 +326,40 @@ def _cut(text: str, style: str = "") -> Text:
     return Text(terminal_safe(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
+def shorten_middle(host: str, width: int) -> str:
+    """``host`` in at most ``width`` cells, shortened in the middle with "…" and its
+    ``:port`` kept whole: hosts that differ only at their ends (``127.0.0.1:8081`` and
+    ``127.0.0.1:8082``, ``a.docs.example.org`` and ``b.docs.example.org``) stay apart."""
+    if len(host) <= width:
+        return host
+    name, colon, port = host.rpartition(":")
+    tail = f"{colon}{port}" if colon and port.isdigit() else ""
+    name = name if tail else host
+    room = width - len(tail) - 1  # the ellipsis takes one cell
+    if room < 2:
+        return host[: max(0, width - 1)] + "…" if width > 0 else ""
+    front = (room + 1) // 2
+    back = room - front
+    return f"{name[:front]}…{name[len(name) - back :] if back else ''}{tail}"
+
+
+class HostCell:
+    """A site cell that gives way in its middle when the column is narrowed, so the
+    part that tells sites apart (the start, the end, the port) stays readable."""
+
+    def __init__(self, host: str, min_width: int = 15) -> None:
+        self.host = terminal_safe(host)  # a host name is the site's to choose
+        self.min_width = min_width
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(min(len(self.host), self.min_width), len(self.host))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(shorten_middle(self.host, options.max_width), no_wrap=True)
+
+
 def _row(
-    label: Text, hosts: Iterable[HostStats], bar_width: int, status: Text
+    label: RenderableType, hosts: Iterable[HostStats], bar_width: int, status: Text
 ) -> list[RenderableType]:
     done = waiting = in_progress = errors = duplicates = skipped = 0
     delays: list[float] = []
@@ -341,6 +377,11 @@ def _row(
     total = finished + waiting + in_progress
     # A summed-up row shows the slowest of its sites.
     delay = _delay(delays[0]) if len(set(delays)) == 1 else "≤" + _delay(max(delays, default=0))
+    bar: list[RenderableType] = (
+        [ProgressBar(total=max(total, 1), completed=finished if total else 0, width=bar_width)]
+        if bar_width
+        else []
+    )
     return [
         label,
         f"{done:,}",
@@ -349,7 +390,7 @@ def _row(
         Text(f"{errors:,}", style="red" if errors else ""),
         f"{duplicates:,}",
         delay,
-        ProgressBar(total=max(total, 1), completed=finished if total else 0, width=bar_width),
+        *bar,
         f"{100 * finished // total if total else 0}%",
         status,
     ]
@@ -446,8 +487,8 @@ def report_table(report: Mapping[str, Any]) -> Table:
         pad_edge=False,
         padding=(0, 1, 0, 0),
     )
-    table.add_column("site", no_wrap=True, overflow="fold")
-    for name in ("pages", "errors", "dups", "skipped"):
+    table.add_column("site", no_wrap=True)
+    for name in ("done", "errors", "dups", "skipped"):
         table.add_column(name, justify="right")
     table.add_column("errors by kind")
     table.add_column("bytes", justify="right", no_wrap=True)
@@ -459,11 +500,11 @@ def report_table(report: Mapping[str, Any]) -> Table:
         )
         errors = int(site.get("errors", 0))
         table.add_row(
-            Text(terminal_safe(host)),
+            HostCell(host),
             f"{site.get('pages_done', 0):,}",
             Text(f"{errors:,}", style="red" if errors else ""),
             f"{site.get('duplicates', 0):,}",
-            f"{site.get('skipped_pages', 0):,}",
+            f"{site.get('skipped', 0):,}",
             kinds or "-",
             _bytes(int(site.get("bytes", 0))),
             f"{float(site.get('elapsed_s', 0.0)):.1f} s",
@@ -476,7 +517,7 @@ def report_table(report: Mapping[str, Any]) -> Table:
             f"{sum(s.get('pages_done', 0) for s in sites.values()):,}",
             f"{sum(s.get('errors', 0) for s in sites.values()):,}",
             f"{sum(s.get('duplicates', 0) for s in sites.values()):,}",
-            f"{sum(s.get('skipped_pages', 0) for s in sites.values()):,}",
+            f"{sum(s.get('skipped', 0) for s in sites.values()):,}",
             "",
             _bytes(int(report.get("bytes", 0))),
             f"{float(report.get('elapsed_s', 0.0)):.1f} s",
