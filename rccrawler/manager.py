@@ -21,7 +21,7 @@ from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, load_class
-from rccrawler.memory import tune_malloc
+from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.records import HostData
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
@@ -337,6 +337,7 @@ class ApplicationManager:
         """
         tune_malloc()
         self.open()
+        tune_gc()
         self._started = time.monotonic()
         try:
             self.threads = self.create_threads()
@@ -373,7 +374,8 @@ class ApplicationManager:
                 self.finished = True
                 self.stop_reason = "finished"
                 return
-            self.stopping.wait(0.1)
+            # A short tick: a crawl of a thousand small pages takes about a second.
+            self.stopping.wait(0.02)
 
     def abort(self) -> None:
         """Stop every thread at once (a thread crashed)."""

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
 
 
+DECISIONS_PER_SITE = 50_000
+"""Link decisions a ParsingThread remembers per site (a few MB at most), then starts over."""
+
+
 class ParsingThread(CrawlerThread):
     """Turns a page body into links (SPEC §5.2–§5.3); subclasses add work in process_page()."""
 
@@ -28,6 +32,7 @@ class ParsingThread(CrawlerThread):
         crawl = manager.settings.crawl
         self.crawl = crawl
         self.options = crawl.normalize_options
+        self._decisions: dict[str, dict[str, FoundLink | SkippedLink]] = {}
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -54,28 +59,40 @@ class ParsingThread(CrawlerThread):
     def classify_links(
         self, page: PageData, parsed: ParsedPage
     ) -> tuple[list[FoundLink], list[SkippedLink]]:
-        """Split a page's links into ones to queue and ones skipped with a reason."""
-        rules = self.robots_for(page.host)
-        include = self.crawl.include
+        """Split a page's links into ones to queue and ones skipped with a reason.
+
+        Pages of a site repeat most of their links (navigation, index), so each
+        absolute URL is decided once per site and thread (see :meth:`decide_link`).
+        """
+        decisions = self._decisions.get(page.host)
+        if decisions is None or len(decisions) > DECISIONS_PER_SITE:
+            decisions = self._decisions[page.host] = {}
         too_deep = page.level + 1 > self.crawl.max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         for url in parsed.links:
-            scope = link_scope(url, page.host)
-            if scope is not None:
-                skipped.append(SkippedLink(normalize_url(url) or url, SkipReason(scope)))
-                continue
-            normalized = normalize_url(url, self.options)
-            if normalized is None:
-                skipped.append(SkippedLink(url, SkipReason.SCHEME))
-                continue
-            if include and not any(token in url for token in include):
-                skipped.append(SkippedLink(normalized, SkipReason.INCLUDE))
-                continue
-            if not rules.allowed(url):
-                skipped.append(SkippedLink(normalized, SkipReason.ROBOTS))
-                continue
-            links.append(
-                FoundLink(request_url(url), normalized, SkipReason.DEPTH if too_deep else None)
-            )
+            decision = decisions.get(url)
+            if decision is None:
+                decision = decisions[url] = self.decide_link(url, page.host)
+            if isinstance(decision, SkippedLink):
+                skipped.append(decision)
+            elif too_deep:
+                links.append(FoundLink(decision.url, decision.normalized_url, SkipReason.DEPTH))
+            else:
+                links.append(decision)
         return links, skipped
+
+    def decide_link(self, url: str, host: str) -> FoundLink | SkippedLink:
+        """One absolute link of a page of ``host``: to queue (depth aside), or why not."""
+        scope = link_scope(url, host)
+        if scope is not None:
+            return SkippedLink(normalize_url(url) or url, SkipReason(scope))
+        normalized = normalize_url(url, self.options)
+        if normalized is None:
+            return SkippedLink(url, SkipReason.SCHEME)
+        include = self.crawl.include
+        if include and not any(token in url for token in include):
+            return SkippedLink(normalized, SkipReason.INCLUDE)
+        if not self.robots_for(host).allowed(url):
+            return SkippedLink(normalized, SkipReason.ROBOTS)
+        return FoundLink(request_url(url), normalized)
