@@ -49,6 +49,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("crawl-profile"))
     parser.add_argument("--gil", action="store_true", help="only samples holding the GIL")
     parser.add_argument("--idle", action="store_true", help="include idle (waiting) samples")
+    parser.add_argument("--python-only", action="store_true", help="no native frames")
+    parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     site = SITES[args.site]
@@ -57,7 +59,8 @@ def main() -> int:
     with Nginx([site], work) as nginx:
         config = write_settings(work, [nginx.url(site)], obey_robots=True, max_depth=1000)
         raw = args.out.with_suffix(".txt")
-        cmd = ["py-spy", "record", "--native", "--format", "raw", "-r", "250", "-o", str(raw)]
+        cmd = ["py-spy", "record", "--format", "raw", "-r", str(args.rate), "-o", str(raw)]
+        cmd += [] if args.python_only else ["--native"]
         cmd += ["--gil"] if args.gil else []
         cmd += ["--idle"] if args.idle else []
         cmd += ["--", *rccrawler_command(), "--config", str(config), "--fresh", "--no-tui"]
