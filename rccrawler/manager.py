@@ -345,6 +345,7 @@ class ApplicationManager:
                 thread.start()
             self.wait_until_done()
             self.stopping.set()
+            self.data.wake_all()  # not from request_stop: a signal handler must not lock
             self.join_threads()
             crashed = [t.error for t in self.threads if t.error is not None]
             if crashed:
@@ -397,6 +398,7 @@ class ApplicationManager:
                 break
             self.parsing_stopping.wait(0.02)
         self.parsing_stopping.set()
+        self.data.wake_all()
         for thread in parsers:
             thread.join(max(0.1, deadline - time.monotonic()))
         alive = [t.name for t in self.threads if t.is_alive()]

@@ -207,6 +207,10 @@ class DataManager(ABC):
         """
         threading.Event().wait(timeout)
 
+    def wake_all(self) -> None:
+        """Wake every thread waiting in wait_for_work() now (the crawl is stopping), so
+        that joining them does not wait out their timeouts. No-op by default."""
+
     # -- reading -------------------------------------------------------------
     @abstractmethod
     def statistics(self) -> CrawlStats:

@@ -562,6 +562,11 @@ class SQLDataManager(DataManager):
         else:
             super().wait_for_work(timeout, kind)
 
+    def wake_all(self) -> None:
+        with self._lock:
+            self._download_ready.notify_all()
+            self._parse_ready.notify_all()
+
     def _due_in(self) -> float:
         """Seconds until a download may be due, as the last take saw it."""
         return 1.0
