@@ -518,7 +518,7 @@ class SQLiteDataManager(SQLDataManager):
                 if due > now:
                     self._due_in_s = min(self._due_in_s, due - now)
                     continue
-                page = self._front_page(host.host)
+                page = self._front_page(host)
                 if page is None:
                     continue
                 busy = [level for level, n in counters.levels.items() if n > 0]
@@ -534,18 +534,22 @@ class SQLiteDataManager(SQLDataManager):
                 return page
             return None
 
-    def _front_page(self, host: str) -> PageData | None:
+    def _front_page(self, data: HostData) -> PageData | None:
         """The next page of a site's queue, leased and committed (lock held)."""
+        host = data.host
         front = self._fronts[host]
         if front.stale and front.pages:
             with self._transaction() as cur:
                 self._give_back(cur, host)
         if not front.pages:
+            # A polite site (few downloads at a time) gets a shorter front: many sites
+            # of one crawl each keep theirs in memory.
+            batch = min(self.front_batch, 4 * max(1, data.max_downloads_at_time))
             with self._transaction() as cur:
                 rows = cur.execute(
                     f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
                     "ORDER BY level, id LIMIT ?",
-                    (host, self.front_batch),
+                    (host, batch),
                 ).fetchall()
                 if not rows:
                     return None

@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
 
 
-DECISIONS_PER_SITE = 50_000
-"""Link decisions a ParsingThread remembers per site (a few MB at most), then starts over."""
+MAX_DECISIONS = 4_096
+"""Link decisions a ParsingThread remembers (all sites together), then starts over: enough
+for a site's navigation links, about 1 MB; 50,000 cost 30 MB of peak RSS on a 1M-URL
+frontier (benchmarks/large_site.py)."""
 
 
 class ParsingThread(CrawlerThread):
@@ -33,6 +35,7 @@ class ParsingThread(CrawlerThread):
         self.crawl = crawl
         self.options = crawl.normalize_options
         self._decisions: dict[str, dict[str, FoundLink | SkippedLink]] = {}
+        self._decided = 0
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -64,8 +67,11 @@ class ParsingThread(CrawlerThread):
         Pages of a site repeat most of their links (navigation, index), so each
         absolute URL is decided once per site and thread (see :meth:`decide_link`).
         """
+        if self._decided > MAX_DECISIONS:
+            self._decisions.clear()
+            self._decided = 0
         decisions = self._decisions.get(page.host)
-        if decisions is None or len(decisions) > DECISIONS_PER_SITE:
+        if decisions is None:
             decisions = self._decisions[page.host] = {}
         too_deep = page.level + 1 > self.crawl.max_depth
         links: list[FoundLink] = []
@@ -74,6 +80,7 @@ class ParsingThread(CrawlerThread):
             decision = decisions.get(url)
             if decision is None:
                 decision = decisions[url] = self.decide_link(url, page.host)
+                self._decided += 1
             if isinstance(decision, SkippedLink):
                 skipped.append(decision)
             elif too_deep:
