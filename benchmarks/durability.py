@@ -37,8 +37,8 @@ class PerStatementDataManager(SQLiteDataManager):
     """Commits every SQL statement on its own: what the batching saves."""
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        yield self.db  # no BEGIN: the connection autocommits each statement
+    def _transaction(self) -> Iterator[sqlite3.Cursor]:
+        yield self.db.cursor()  # no BEGIN: the connection autocommits each statement
 
 
 class PerCallDataManager(SQLiteDataManager):
