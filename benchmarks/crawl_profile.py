@@ -10,6 +10,7 @@ functions with the most samples, by own samples and by samples including callees
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,15 +57,18 @@ def main() -> int:
     site = SITES[args.site]
     warm_page_cache(site.root)
     work = Path(tempfile.mkdtemp(prefix="crawl_profile-"))
-    with Nginx([site], work) as nginx:
-        config = write_settings(work, [nginx.url(site)], obey_robots=True, max_depth=1000)
-        raw = args.out.with_suffix(".txt")
-        cmd = ["py-spy", "record", "--format", "raw", "-r", str(args.rate), "-o", str(raw)]
-        cmd += [] if args.python_only else ["--native"]
-        cmd += ["--gil"] if args.gil else []
-        cmd += ["--idle"] if args.idle else []
-        cmd += ["--", *rccrawler_command(), "--config", str(config), "--fresh", "--no-tui"]
-        subprocess.run(cmd, check=True, cwd=work, stdout=subprocess.DEVNULL)
+    raw = args.out.with_suffix(".txt").resolve()  # py-spy runs in the work folder
+    try:
+        with Nginx([site], work) as nginx:
+            config = write_settings(work, [nginx.url(site)], obey_robots=True, max_depth=1000)
+            cmd = ["py-spy", "record", "--format", "raw", "-r", str(args.rate), "-o", str(raw)]
+            cmd += [] if args.python_only else ["--native"]
+            cmd += ["--gil"] if args.gil else []
+            cmd += ["--idle"] if args.idle else []
+            cmd += ["--", *rccrawler_command(), "--config", str(config), "--fresh", "--no-tui"]
+            subprocess.run(cmd, check=True, cwd=work, stdout=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(top_frames(raw, args.top))
     return 0
 
