@@ -650,8 +650,10 @@ class Fetcher:
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------
     def _cookie_header(self, url: str) -> str:
         assert self.cookie_jar is not None
-        request = urllib.request.Request(url)
         with self.cookie_lock:
+            if not len(self.cookie_jar):
+                return ""  # most sites set none: skip building a Request per page
+            request = urllib.request.Request(url)
             self.cookie_jar.add_cookie_header(request)
         return cap_cookie_header(request.get_header("Cookie") or "")
 

@@ -569,12 +569,21 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
 
 def _parse_lexbor(text: str, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
     tree = LexborHTMLParser(text)
-    # Only nodes under an <svg>/<math> can be foreign, and most pages have none there.
-    foreign = tree.any_css_matches(("svg, math",))
+    # One walk of the tree finds what the link graph needs (each css() call is a walk:
+    # four of them were a sixth of the parsing threads' time on big pages, issue 14).
+    by_tag: dict[str, list[LexborNode]] = {"a": [], "base": [], "meta": []}
+    foreign = False
+    for node in tree.css("a[href], base[href], meta[name], svg, math"):
+        tag = node.tag or ""
+        if tag in by_tag:
+            by_tag[tag].append(node)
+        else:
+            # Only nodes under an <svg>/<math> can be foreign, and most pages have none.
+            foreign = True
     memo: dict[int, str] = {}
 
-    def html_only(selector: str) -> list[LexborNode]:
-        nodes = tree.css(selector)
+    def html_only(selector: str, nodes: list[LexborNode] | None = None) -> list[LexborNode]:
+        nodes = tree.css(selector) if nodes is None else nodes
         if not foreign:
             return nodes
         suspects = {node.mem_id for node in tree.css(f"svg {selector}, math {selector}")}
@@ -584,13 +593,13 @@ def _parse_lexbor(text: str, page_url: str, full: bool, max_links: int | None) -
             if node.mem_id not in suspects or _lexbor_namespace(node, memo) == "html"
         ]
 
-    base = next(iter(html_only("base[href]")), None)
+    base = next(iter(html_only("base[href]", by_tag["base"])), None)
     base_url = _effective_base(page_url, base.attributes.get("href") if base else None)
-    hrefs = (node.attributes.get("href") or "" for node in html_only("a[href]"))
+    hrefs = (node.attributes.get("href") or "" for node in html_only("a[href]", by_tag["a"]))
     links, cut = _resolve_links(base_url, hrefs, max_links)
 
     metas = _Metas(robots_only=not full)
-    for node in tree.css("meta[name]"):
+    for node in by_tag["meta"]:
         attributes = node.attributes
         metas.add(attributes.get("name"), attributes.get("content"))
     if not full:

@@ -21,7 +21,7 @@ from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
-from rccrawler.memory import tune_malloc
+from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.records import HostData
 from rccrawler.runlog import RunLog
 from rccrawler.threads.downloading import DownloadingThread
@@ -354,6 +354,7 @@ class ApplicationManager:
         """
         tune_malloc()
         self.open()
+        tune_gc()
         self._started = time.monotonic()
         run_log = RunLog(self.state_dir)
         run_log.begin()
@@ -363,6 +364,7 @@ class ApplicationManager:
                 thread.start()
             self.wait_until_done()
             self.stopping.set()
+            self.data.wake_all()  # not from request_stop: a signal handler must not lock
             self.join_threads()
             crashed = [t.error for t in self.threads if t.error is not None]
             if crashed:
@@ -396,7 +398,8 @@ class ApplicationManager:
                 self.finished = True
                 self.stop_reason = "finished"
                 return
-            self.stopping.wait(0.1)
+            # A short tick: a crawl of a thousand small pages takes about a second.
+            self.stopping.wait(0.02)
 
     def abort(self) -> None:
         """Stop every thread at once (a thread crashed)."""
@@ -412,12 +415,14 @@ class ApplicationManager:
         for thread in self.threads:
             if thread not in parsers:
                 thread.join(max(0.1, deadline - time.monotonic()))
+        # This process's own bodies, not a statistics snapshot: a snapshot may be a
+        # moment old, and on shared storage it counts other workers' bodies too.
         while time.monotonic() < deadline and any(t.is_alive() for t in parsers):
-            stats = self.data.statistics()
-            if stats.parsing == 0 and not any(h.downloaded for h in stats.hosts):
+            if not self.data.bodies_waiting():
                 break
             self.parsing_stopping.wait(0.02)
         self.parsing_stopping.set()
+        self.data.wake_all()
         for thread in parsers:
             thread.join(max(0.1, deadline - time.monotonic()))
         alive = [t.name for t in self.threads if t.is_alive()]

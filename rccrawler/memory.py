@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 from collections.abc import Callable
 
@@ -40,6 +41,23 @@ def tune_malloc() -> bool:
     ok = bool(mallopt(_M_ARENA_MAX, ARENA_MAX)) and bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     logger.debug("malloc tuned: %s", ok)
     return ok
+
+
+GC_YOUNG_THRESHOLD = 10_000
+"""Allocations between two young-generation collections (CPython's default is 700).
+A crawl allocates a few hundred short-lived objects per page, almost none in cycles;
+collecting every 700 was 7% of the GIL-holding samples of a crawl (py-spy, issue 14)."""
+
+
+def tune_gc() -> None:
+    """Collect less often, and never scan what start-up allocated; call before threads start.
+
+    ``gc.freeze()`` moves the modules, classes and settings loaded so far into the
+    permanent generation, so full collections during the crawl skip them.
+    """
+    gc.freeze()
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 def release_memory() -> None:

@@ -271,6 +271,12 @@ def _split(text: str) -> _Parts:
     return match.groups()  # type: ignore[return-value]
 
 
+@lru_cache(maxsize=64)
+def _split_base(base: str) -> _Parts:
+    """_split() of a base URL: a page resolves all its links against the same one."""
+    return _split(base)
+
+
 def _clean(text: str) -> str:
     """Remove what browsers ignore around and inside a URL (WHATWG URL parser, first steps)."""
     text = text.strip(_C0_AND_SPACE)
@@ -433,7 +439,7 @@ def _resolve(base: str, href: str) -> str | None:
     """RFC 3986 §5.2.2 (strict) and §5.3, fragment left out; cached like _normalize."""
     scheme, authority, path, query, _fragment = _split(href)
     if scheme is None:
-        base_scheme, base_authority, base_path, base_query, _ = _split(base)
+        base_scheme, base_authority, base_path, base_query, _ = _split_base(base)
         if base_scheme is None:
             return None
         scheme = base_scheme

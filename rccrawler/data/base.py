@@ -198,6 +198,11 @@ class DataManager(ABC):
         """Whether a stop was requested after this DataManager was opened."""
         return False
 
+    def bodies_waiting(self) -> int:
+        """Downloaded bodies of this process not parsed and stored yet (a stop lets the
+        parsers finish them, so nothing downloaded is fetched again). 0 by default."""
+        return 0
+
     def live_workers(self) -> int:
         """Processes working on this crawl right now, as the storage can tell (0 when it
         cannot: a SQLite crawl is known to run by its state lock, not its storage)."""
@@ -216,6 +221,10 @@ class DataManager(ABC):
         once. The default just waits out the timeout.
         """
         threading.Event().wait(timeout)
+
+    def wake_all(self) -> None:
+        """Wake every thread waiting in wait_for_work() now (the crawl is stopping), so
+        that joining them does not wait out their timeouts. No-op by default."""
 
     # -- reading -------------------------------------------------------------
     @abstractmethod

@@ -295,6 +295,10 @@ class SQLDataManager(DataManager):
         self._deep_links = False
         """Some link was too deep to queue (then new pages look for arcs to them)."""
 
+    def bodies_waiting(self) -> int:
+        with self._lock:
+            return len(self._downloaded) + len(self._parsing)
+
     def _load_deep_links(self, cur: Cursor) -> None:
         """Whether the state holds links that were too deep (at open)."""
         cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links)")
@@ -587,6 +591,11 @@ class SQLDataManager(DataManager):
                 self._download_ready.wait(min(timeout, max(0.001, self._due_in())))
         else:
             super().wait_for_work(timeout, kind)
+
+    def wake_all(self) -> None:
+        with self._lock:
+            self._download_ready.notify_all()
+            self._parse_ready.notify_all()
 
     def _due_in(self) -> float:
         """Seconds until a download may be due, as the last take saw it."""

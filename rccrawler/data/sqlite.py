@@ -1,9 +1,17 @@
-"""The SQLite dialect: one WAL database in state_dir, one lock, one transaction a call.
+"""The SQLite dialect: one WAL database in state_dir, one lock, group commit.
 
 The statements and the crawl rules live in ``sql.py`` and ``policy.py``; this
 module keeps what only an in-process database can do: hosts and running
-counters in memory (a lease is a dictionary look-up, statistics never scan a
-table), ids from a counter, and wake-ups aimed at the threads that have work.
+counters in memory (statistics never scan a table), ids from a counter, the
+front of each site's queue read in batches, and wake-ups aimed at the threads
+that have work.
+
+Group commit: the calls of many pages share one transaction, committed every
+few milliseconds or calls, whichever comes first, and whenever a thread goes
+idle. Each call is a savepoint inside it, so a call that fails undoes only its
+own writes. A page is finished once the transaction holding its writes commits,
+and a page is requested only after its lease has committed: a ``kill -9``
+fetches again only pages whose committed state says they were in flight.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +42,15 @@ from rccrawler.data.sql import (
 )
 from rccrawler.exceptions import StateError
 from rccrawler.policy import CrawlLimits, breadth_first_allows
-from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
+from rccrawler.records import (
+    CrawlStats,
+    HostData,
+    PageData,
+    PageId,
+    PageState,
+    RobotsState,
+    SkipReason,
+)
 
 if TYPE_CHECKING:
     from rccrawler.data.tables import TaskTable
@@ -67,12 +83,30 @@ class _HostCounters:
         )  # fmt: skip
 
 
+class _Front:
+    """The front of a site's queue: waiting pages read in (level, id) order and leased
+    in the database ('running') in one commit, handed out one by one from memory.
+
+    Every waiting page that sorts before ``last`` is in ``pages``; one that becomes
+    waiting there later (a retry, a redirect, a link one level up) makes the front
+    ``stale``: it is given back and read again before the next page is handed out.
+    """
+
+    __slots__ = ("last", "pages", "stale")
+
+    def __init__(self) -> None:
+        self.pages: deque[PageData] = deque()
+        self.last: tuple[int, int] = (-1, -1)
+        self.stale = False
+
+
 class SQLiteDataManager(SQLDataManager):
     """The default DataManager: a SQLite database ``crawl.sqlite3`` in ``state_dir``.
 
-    One connection guarded by one lock; every public method runs inside the lock
-    and commits once. WAL with ``synchronous=NORMAL`` means a committed call
-    survives ``kill -9`` of the process.
+    One connection guarded by one lock; every public method runs inside the lock,
+    as a savepoint of the current group transaction (see the module docstring).
+    WAL with ``synchronous=NORMAL`` means a committed group survives ``kill -9``
+    of the process.
 
     Args:
         path: the database file.
@@ -90,6 +124,12 @@ class SQLiteDataManager(SQLDataManager):
         "float": "REAL", "id": "INTEGER", "int": "INTEGER", "bool": "INTEGER", "false": "0",
         "text": "TEXT", "bytes": "BLOB", "without_rowid": " WITHOUT ROWID",
     }  # fmt: skip
+    group_commit_s: ClassVar[float] = 0.005
+    """A group transaction commits after this many seconds..."""
+    group_commit_calls: ClassVar[int] = 64
+    """...or this many calls, whichever comes first (and when a thread goes idle)."""
+    front_batch: ClassVar[int] = 32
+    """Waiting pages of a site leased from the database at once."""
 
     def __init__(
         self,
@@ -120,6 +160,13 @@ class SQLiteDataManager(SQLDataManager):
         self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
         self._next_id = 1
         self._rotation = 0
+        self._group_open = False
+        """Whether a group transaction is open (read without the lock as a hint)."""
+        self._group_started = 0.0
+        self._group_calls = 0
+        self._fronts: dict[str, _Front] = defaultdict(_Front)
+        self._leased: dict[PageId, PageData] = {}
+        """Pages handed to a downloader, by id: storing the download needs no read."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -155,6 +202,10 @@ class SQLiteDataManager(SQLDataManager):
 
     def close(self) -> None:
         with self._lock:
+            if self._db is not None and not self.read_only:
+                with contextlib.suppress(StateError):
+                    self._give_back_fronts()
+                    self._commit()
             if self._db is not None:
                 # A failed checkpoint is harmless: the next open replays the WAL.
                 if not self.read_only:
@@ -174,17 +225,63 @@ class SQLiteDataManager(SQLDataManager):
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Cursor]:
         db = self.db
-        db.execute("BEGIN IMMEDIATE")
+        try:
+            if not self._group_open:
+                db.execute("BEGIN IMMEDIATE")
+                self._group_open = True
+                self._group_started = time.monotonic()
+                self._group_calls = 0
+            db.execute("SAVEPOINT call")
+        except sqlite3.OperationalError as exc:
+            raise state_error(str(self.path), exc) from exc
         try:
             yield db.cursor()
-            db.execute("COMMIT")
+            db.execute("RELEASE call")
         except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.OperationalError):
+                # The database may have undone more than this call (a full disk):
+                # give up the whole group; the crawl stops on the StateError.
+                self._rollback()
                 raise state_error(str(self.path), exc) from exc
+            try:
+                db.execute("ROLLBACK TO call")
+                db.execute("RELEASE call")
+            except sqlite3.Error:
+                self._rollback()
             raise
+        self._group_calls += 1
+        if (
+            self._group_calls >= self.group_commit_calls
+            or time.monotonic() - self._group_started >= self.group_commit_s
+        ):
+            self._commit()
         self._wake()
+
+    def _commit(self) -> None:
+        """Commit the group transaction, if one is open (lock held)."""
+        if not self._group_open:
+            return
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._rollback()
+            raise state_error(str(self.path), exc) from exc
+        self._group_open = False
+
+    def _rollback(self) -> None:
+        self._group_open = False
+        with contextlib.suppress(sqlite3.Error):
+            self.db.execute("ROLLBACK")
+
+    def flush(self) -> None:
+        """Commit what the calls so far wrote (a thread going idle, a checkpoint)."""
+        if self._group_open:  # a hint read; checked again under the lock
+            with self._lock:
+                self._commit()
+
+    def wait_for_work(self, timeout: float, kind: str = "") -> None:
+        self.flush()  # nothing else to do: make the finished pages durable now
+        super().wait_for_work(timeout, kind)
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -239,6 +336,8 @@ class SQLiteDataManager(SQLDataManager):
             # were not stored yet is fetched again, like one that was in flight.
             db.execute(f"UPDATE pages SET state = 'waiting' WHERE state IN {LEASED}")
             moved: int = db.rowcount
+            self._fronts.clear()
+            self._leased.clear()
             self._load_memory()
             self._wake_downloaders = self._wake_parsers = 1 << 16
             now = self.clock()
@@ -264,7 +363,7 @@ class SQLiteDataManager(SQLDataManager):
         self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
     ) -> Claim:
         # One process owns the database: a page it leased is still its own.
-        page = known
+        page = known or self._leased.get(page_id)
         if page is None:
             row = cur.execute(
                 f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = ?", (page_id,)
@@ -276,6 +375,7 @@ class SQLiteDataManager(SQLDataManager):
         return Claim(page, host, self._counters[page.host].admitted, self.clock())
 
     def _release(self, cur: Cursor, page: PageData) -> None:
+        self._leased.pop(page.id, None)
         host = self._hosts[page.host]
         host.in_flight = max(0, host.in_flight - 1)
         self._wake_downloaders += 1  # a slot of the host is free again
@@ -301,6 +401,8 @@ class SQLiteDataManager(SQLDataManager):
     ) -> None:  # fmt: skip
         counters = self._counters[page.host]
         old = page.state
+        if new is PageState.WAITING:
+            self._queued(page.host, page.level, page.id)
         counters.by_state[old] -= 1
         counters.by_state[new] += 1
         was_busy, busy = old in LEASED_STATES, new in LEASED_STATES
@@ -316,6 +418,20 @@ class SQLiteDataManager(SQLDataManager):
             counters.duplicates += 1
         counters.bytes += size
 
+    def _insert_pages(
+        self, cur: Cursor, host: str, rows: Sequence[tuple[str, str, str, int | None, int, str]]
+    ) -> list[int]:
+        ids = super()._insert_pages(cur, host, rows)
+        if ids:
+            self._queued(host, min(row[4] for row in rows), ids[0])
+        return ids
+
+    def _queued(self, host: str, level: int, page_id: int) -> None:
+        """A page became waiting: the site's front is stale if it sorts before its end."""
+        front = self._fronts.get(host)
+        if front is not None and front.pages and (level, page_id) < front.last:
+            front.stale = True
+
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
         counters = self._counters[host]
         counters.admitted += count
@@ -325,6 +441,10 @@ class SQLiteDataManager(SQLDataManager):
         if not self._counters[host].budget_hit:
             self._counters[host].budget_hit = True
             super()._on_budget_hit(cur, host)
+
+    def _end_waiting(self, cur: Cursor, host: str, reason: SkipReason) -> None:
+        self._give_back(cur, host)  # leased pages of the front are waiting pages too
+        super()._end_waiting(cur, host, reason)
 
     def _on_waiting_ended(self, host: str, count: int) -> None:
         counters = self._counters[host]
@@ -399,25 +519,76 @@ class SQLiteDataManager(SQLDataManager):
                 if due > now:
                     self._due_in_s = min(self._due_in_s, due - now)
                     continue
-                row = self.db.execute(
-                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
-                    "ORDER BY level, id LIMIT 1",
-                    (host.host,),
-                ).fetchone()
-                if row is None:
+                page = self._front_page(host)
+                if page is None:
                     continue
-                page = page_from_row(row)
                 busy = [level for level, n in counters.levels.items() if n > 0]
                 if not breadth_first_allows(page.level, busy):
                     continue
-                with self._transaction() as db:
-                    db.execute("UPDATE pages SET state = 'running' WHERE id = ?", (page.id,))
+                self._fronts[host.host].pages.popleft()
                 self._on_move(page, PageState.RUNNING)
                 host.in_flight += 1
                 host.next_fetch_at = now + host.crawl_delay
                 page.state = PageState.RUNNING
+                self._leased[page.id] = page
+                self._wake()
                 return page
             return None
+
+    def _front_page(self, data: HostData) -> PageData | None:
+        """The next page of a site's queue, leased and committed (lock held)."""
+        host = data.host
+        front = self._fronts[host]
+        if front.stale and front.pages:
+            with self._transaction() as cur:
+                self._give_back(cur, host)
+        if not front.pages:
+            # A polite site (few downloads at a time) gets a shorter front: many sites
+            # of one crawl each keep theirs in memory.
+            batch = min(self.front_batch, 4 * max(1, data.max_downloads_at_time))
+            with self._transaction() as cur:
+                rows = cur.execute(
+                    f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND state = 'waiting' "
+                    "ORDER BY level, id LIMIT ?",
+                    (host, batch),
+                ).fetchall()
+                if not rows:
+                    return None
+                pages = [page_from_row(row) for row in rows]
+                marks = ",".join("?" * len(pages))
+                cur.execute(
+                    f"UPDATE pages SET state = 'running' WHERE id IN ({marks})",
+                    [page.id for page in pages],
+                )
+            # A page is requested only once its lease is committed (kill -9 safety).
+            self._commit()
+            front.pages.extend(pages)
+            front.last = (pages[-1].level, pages[-1].id)
+        return front.pages[0]
+
+    def _give_back(self, cur: Cursor, host: str) -> None:
+        """Return a site's front to the waiting pages in the database (lock held)."""
+        front = self._fronts.get(host)
+        if front is None:
+            return
+        front.stale = False
+        if not front.pages:
+            return
+        ids = [page.id for page in front.pages]
+        front.pages.clear()
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            cur.execute(
+                f"UPDATE pages SET state = 'waiting' WHERE id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+
+    def _give_back_fronts(self) -> None:
+        """Every front back to waiting, so a stopped crawl's state shows what it holds."""
+        if any(front.pages for front in self._fronts.values()):
+            with self._transaction() as cur:
+                for host in list(self._fronts):
+                    self._give_back(cur, host)
 
     def mark_request_sent(self, host: str) -> None:
         known = self._hosts.get(host)
