@@ -6,6 +6,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING
 
+from rccrawler.policy import scope_skip
 from rccrawler.records import DownloadResult, PageData, SkipReason
 from rccrawler.robots import RobotsRules, cut_robots_body
 from rccrawler.threads.base import CrawlerThread
@@ -54,6 +55,28 @@ class DownloadingThread(CrawlerThread):
         self.download(page)
         return True
 
+    def fetch(
+        self, url: str, host: str, *, referer: str = "", max_bytes: int | None = None
+    ) -> DownloadResult:
+        """Every request of this thread: the site's headers, the host's politeness clock,
+        then process_response() with the outcome."""
+        result = self.fetcher.download(
+            url,
+            referer=referer,
+            on_send=lambda: self.data.mark_request_sent(host),
+            headers=self.settings.crawl_for(host).headers,
+            max_bytes=max_bytes,
+        )
+        self.process_response(url, result)
+        return result
+
+    def process_response(self, url: str, result: DownloadResult) -> None:
+        """Hook for crawl tasks: every outcome of a request this thread made (robots.txt,
+        sitemaps, redirects, pages, errors), in the order made. ``result.exchange``
+        holds the heads when a response came. Runs in this DownloadingThread, outside
+        the DataManager's lock; several threads call it at once. No-op by default.
+        """
+
     # -- robots ------------------------------------------------------------
     def fetch_robots(self, host: HostData) -> None:
         """Fetch robots.txt (following up to 5 redirects) and store the rules."""
@@ -65,9 +88,7 @@ class DownloadingThread(CrawlerThread):
         body = b""
         error = ""
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            result = self.fetcher.download(
-                url, on_send=lambda: self.data.mark_request_sent(host.host)
-            )
+            result = self.fetch(url, host.host)
             status, body = result.status, result.body
             if result.error == "tls":
                 # The handshake that failed here fails for every page of the host
@@ -121,11 +142,7 @@ class DownloadingThread(CrawlerThread):
         if not rules.allowed(page.url):
             self.data.skip_page(page.id, SkipReason.ROBOTS)
             return
-        result = self.fetcher.download(
-            page.url,
-            referer=page.referer,
-            on_send=lambda: self.data.mark_request_sent(page.host),
-        )
+        result = self.fetch(page.url, page.host, referer=page.referer)
         if result.status is not None and 300 <= result.status < 400 and result.location:
             self.follow_redirect(page, result, rules)
             return
@@ -157,8 +174,8 @@ class DownloadingThread(CrawlerThread):
         skip: SkipReason | None = SkipReason(scope) if scope is not None else None
         if skip is None and not rules.allowed(target):
             skip = SkipReason.ROBOTS
-        if skip is None and self.crawl.include and not any(t in target for t in self.crawl.include):
-            skip = SkipReason.INCLUDE
+        if skip is None:
+            skip = scope_skip(target, self.scope_for(page.host))
         if skip in (SkipReason.EXTERNAL, SkipReason.SUBDOMAIN) and page.id_from is None:
             logger.warning(
                 "%s: the start page %s redirects to %s, another host, which is not followed; "

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
+from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import link_scope, normalize_url, request_url
@@ -67,8 +68,8 @@ class ParsingThread(CrawlerThread):
     ) -> tuple[list[FoundLink], list[SkippedLink]]:
         """Split a page's links into ones to queue and ones skipped with a reason."""
         rules = self.robots_for(page.host)
-        include = self.crawl.include
-        too_deep = page.level + 1 > self.crawl.max_depth
+        scope_rules = self.scope_for(page.host)
+        too_deep = page.level + 1 > self.settings.crawl_for(page.host).max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         max_length = self.crawl.max_url_length
@@ -88,8 +89,9 @@ class ParsingThread(CrawlerThread):
             if not self.query_variants.admit(page.host, path, query):
                 skipped.append(SkippedLink(normalized, SkipReason.TOO_MANY_QUERIES))
                 continue
-            if include and not any(token in url for token in include):
-                skipped.append(SkippedLink(normalized, SkipReason.INCLUDE))
+            out_of_scope = scope_skip(url, scope_rules)
+            if out_of_scope is not None:
+                skipped.append(SkippedLink(normalized, out_of_scope))
                 continue
             if not rules.allowed(url):
                 skipped.append(SkippedLink(normalized, SkipReason.ROBOTS))
