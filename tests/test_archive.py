@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import random
 import subprocess
 import sys
@@ -14,10 +15,11 @@ import pytest
 from test_resume import kill9, run, spawn, wait_for_hits
 from warcio.archiveiterator import ArchiveIterator
 
-from plugins.archive.writer import OPEN_SUFFIX, complete_length, payload_digest
+from plugins.archive.writer import OPEN_SUFFIX, WarcArchive, complete_length, payload_digest
 from rccrawler.exceptions import ConfigError
 from rccrawler.loopback import TEXT, Resource, redirect
 from rccrawler.manager import load_settings
+from rccrawler.records import DownloadResult, HttpExchange
 from rccrawler.sample_sites import generated_site
 
 ARCHIVE = "plugins.archive.ArchiveManager"
@@ -187,3 +189,37 @@ def test_bad_archive_settings_name_the_key(crawler, section, key):
     with pytest.raises(ConfigError) as info:
         load_settings(config)
     assert info.value.key == key
+
+
+def exchange_result(url: str, body: bytes) -> DownloadResult:
+    head = HttpExchange(
+        url=url, method="GET", target="/", request_headers=(("Host", "a.test"),),
+        http_version="HTTP/1.1", reason="OK", response_headers=(("Content-Type", "text/plain"),),
+    )  # fmt: skip
+    return DownloadResult(status=200, content_type="text/plain", body=body, exchange=head)
+
+
+def test_a_later_run_writes_revisits_for_what_earlier_files_hold(tmp_path):
+    first = WarcArchive(tmp_path, "t", 1 << 20, {"software": "test"})
+    first.recover()
+    first.write(exchange_result("http://a.test/1", b"same"))
+    first.close()
+    second = WarcArchive(tmp_path, "t", 1 << 20, {"software": "test"})
+    second.recover()
+    second.write(exchange_result("http://a.test/2", b"same"))
+    second.write(exchange_result("http://a.test/3", b"other"))
+    second.close()
+    assert len(second.written) == 1 and second.written[0] not in first.written
+    kinds = {r[1]: r[0] for r in records(warc_files(tmp_path)) if r[0] != "request"}
+    assert kinds == {None: "warcinfo", "http://a.test/1": "response",
+                     "http://a.test/2": "revisit", "http://a.test/3": "response"}  # fmt: skip
+
+
+def test_an_open_file_of_a_live_process_is_left_alone(tmp_path):
+    live = tmp_path / f"t-20260101000000-00001-{os.getppid()}.warc.gz{OPEN_SUFFIX}"
+    dead = tmp_path / f"t-20260101000000-00002-{2**22 + 12345}.warc.gz{OPEN_SUFFIX}"
+    for path in (live, dead):
+        path.write_bytes(gzip.compress(b"WARC/1.1\r\n")[:10])
+    WarcArchive(tmp_path, "t", 1 << 20, {}).recover()
+    assert live.exists()
+    assert not dead.exists(), "a dead writer's file without whole records is removed"

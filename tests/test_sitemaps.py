@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import uuid
 
 import pytest
+from test_postgres import PG_URL, needs_postgres
 
 from rccrawler.data.storage import open_storage
 from rccrawler.loopback import TEXT, Resource, redirect
@@ -123,11 +125,15 @@ def sitemap_site() -> dict[str, Resource]:
     }
 
 
-def test_sitemap_urls_are_crawled_at_level_one(serve, crawler):
+@pytest.mark.parametrize(
+    "storage", ["sqlite", pytest.param(PG_URL, marks=needs_postgres, id="postgresql")]
+)
+def test_sitemap_urls_are_crawled_at_level_one(serve, crawler, storage):
     server = serve({"a.test": sitemap_site()})
     result = crawler.run(
-        ["a.test"], server.resolve, crawl={"sitemaps": True, "exclude": ["skipme"]}
-    )
+        ["a.test"], server.resolve, crawl={"sitemaps": True, "exclude": ["skipme"]},
+        storage=storage, name=f"sitemaps-{uuid.uuid4().hex}",
+    )  # fmt: skip
     assert result.finished
     graph = result.graph("a.test")
     levels = {n["url"]: int(n["level"]) for n in graph.nodes}

@@ -108,7 +108,7 @@ class WarcArchive:
         self._sequence = 0
         self._seen: dict[str, _Original] = {}
         """Payload digest -> first capture, over this crawl's finished files too."""
-        self._pattern = re.compile(re.escape(prefix) + r"-\d{14}-\d{5}-\d+\.warc\.gz")
+        self._pattern = re.compile(re.escape(prefix) + r"-\d{14}-\d{5}-(\d+)\.warc\.gz")
         self.written: list[Path] = []
 
     # -- start ---------------------------------------------------------------------
@@ -119,7 +119,8 @@ class WarcArchive:
             return
         for path in sorted(self.folder.iterdir()):
             name = path.name
-            if name.endswith(OPEN_SUFFIX) and self._pattern.fullmatch(name[: -len(OPEN_SUFFIX)]):
+            match = self._pattern.fullmatch(name.removesuffix(OPEN_SUFFIX))
+            if name.endswith(OPEN_SUFFIX) and match and not _alive(int(match.group(1))):
                 self._finish_left_over(path)
         for path in sorted(self.folder.iterdir()):
             if self._pattern.fullmatch(path.name):
@@ -225,6 +226,20 @@ class WarcArchive:
         """Finish the file being written (rename it to ``*.warc.gz``)."""
         with self._lock:
             self._close_file()
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process that named a ``.open`` file still runs (several workers of
+    a shared crawl may write into one output_dir; only a dead one's file is finished)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _request_head(exchange: HttpExchange) -> StatusAndHeaders:
