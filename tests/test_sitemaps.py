@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import itertools
 import uuid
 
 import pytest
@@ -198,3 +199,18 @@ def test_bad_sitemap_bounds_name_the_key(crawler, value):
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert info.value.key == "crawl.max_sitemap_urls"
+
+
+def test_sitemap_requests_keep_the_crawl_delay(serve, crawler):
+    from test_crawl import JITTER
+
+    server = serve({"a.test": sitemap_site()})
+    result = crawler.run(
+        ["a.test"], server.resolve,
+        crawl={"sitemaps": True, "crawl_delay_ms": 150, "max_downloads_at_time": 3},
+    )  # fmt: skip
+    assert result.finished
+    hits = server.hits_for("a.test")
+    assert len(hits) == 12  # robots, 5 sitemap files, 6 pages
+    gaps = [b.at - a.at for a, b in itertools.pairwise(hits)]
+    assert min(gaps) >= 0.150 - JITTER, gaps
