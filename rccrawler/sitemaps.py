@@ -66,7 +66,7 @@ def parse_sitemap(body: bytes, *, max_urls: int, max_bytes: int) -> SitemapConte
     Args:
         body: the file as fetched (Content-Encoding already undone); gzip files
             (``sitemap.xml.gz``) are recognized by their magic bytes.
-        max_urls: page URLs kept at most; more set ``truncated``.
+        max_urls: page URLs (or index entries) kept at most; more set ``truncated``.
         max_bytes: the most bytes a gzip file may unpack to.
 
     Returns:
@@ -118,6 +118,9 @@ def _read_xml(body: bytes, content: SitemapContent, max_urls: int) -> None:
                         return
                     content.urls.append(loc)
                 elif loc and entry == "sitemap":
+                    if len(content.sitemaps) >= max_urls:
+                        content.truncated = True
+                        return
                     content.sitemaps.append(loc)
             elif depth == 1:
                 element.clear()  # a url entry is done: keep memory flat

@@ -214,3 +214,10 @@ def test_sitemap_requests_keep_the_crawl_delay(serve, crawler):
     assert len(hits) == 12  # robots, 5 sitemap files, 6 pages
     gaps = [b.at - a.at for a, b in itertools.pairwise(hits)]
     assert min(gaps) >= 0.150 - JITTER, gaps
+
+
+def test_a_huge_index_is_cut_too():
+    content = parse_sitemap(index(*(f"http://a.test/{i}.xml" for i in range(100))),
+                            max_urls=5, max_bytes=1 << 20)  # fmt: skip
+    assert content.sitemaps == [f"http://a.test/{i}.xml" for i in range(5)]
+    assert content.truncated

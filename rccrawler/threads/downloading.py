@@ -176,7 +176,9 @@ class DownloadingThread(CrawlerThread):
             )
             if content.error:
                 logger.warning("%s: sitemap %s: %s", host.host, url, content.error)
-            queue.extend(content.sitemaps)
+            # Never more waiting than may still be read: an index cannot grow memory.
+            room = crawl.max_sitemap_files - files - len(queue)
+            queue.extend(content.sitemaps[: max(0, room)])
             urls += len(content.urls)
             links, skipped = self.classify_sitemap_urls(host.host, content.urls, rules)
             added = self.data.add_links(host.host, links, skipped, level=1, referer=url)
