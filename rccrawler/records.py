@@ -160,22 +160,21 @@ class HttpExchange:
     """One request as sent and its response head as received, for archives (WARC).
 
     The body of the matching DownloadResult is the *decoded* payload (gzip, br...
-    undone), so ``content_encoding`` tells an archive that the head named an
-    encoding the body no longer has.
+    undone), while ``response_headers`` still name the encoding it came with: an
+    archive says so (see ``plugins/archive``).
     """
 
     url: str
     method: str
     target: str
-    """The request target as sent (``/path?query``, or the absolute URL to a proxy)."""
+    """The origin-form request target (``/path?query``)."""
     request_headers: tuple[tuple[str, str], ...]
+    """As sent, ``Host`` included (cookies and ``crawl.headers`` too)."""
     http_version: str
     """``HTTP/1.1`` or ``HTTP/1.0``."""
     reason: str
     response_headers: tuple[tuple[str, str], ...]
     """In the order received, repeated names kept, original spelling."""
-    peer: str = ""
-    """``ip:port`` connected to, when known."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,8 +166,6 @@ class WarcArchive:
         response = _response_head(exchange, result)
         digest = payload_digest(result.body)
         extra = {"WARC-Truncated": "length"} if result.truncated else {}
-        if exchange.peer:
-            extra["WARC-IP-Address"] = exchange.peer.rsplit(":", 1)[0].strip("[]")
         with self._lock:
             writer = self._current_writer()
             original = self._seen.get(digest) if result.body else None
