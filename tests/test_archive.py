@@ -40,7 +40,8 @@ SITE = {
     "/noise": Resource(NOISE, headers=(("Content-Type", "application/octet-stream"),)),
     "/noise2": Resource(NOISE[::-1], headers=(("Content-Type", "application/octet-stream"),)),
 }
-BODIES = {path: res.body for path, res in SITE.items()} | {"/missing": b"not found"}
+BODIES = {path: res.body for path, res in SITE.items()} | {
+    "/missing": b"not found", "/sitemap.xml": b"not found"}  # fmt: skip
 
 
 def warc_files(folder: Path) -> list[Path]:
@@ -73,8 +74,9 @@ def warcio_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_every_response_is_archived_with_its_heads_and_digest(serve, crawler):
     server = serve({"a.test": SITE})
     result = crawler.run(
-        ["a.test"], server.resolve, manager=ARCHIVE, archive={"max_file_bytes": 65536}
-    )
+        ["a.test"], server.resolve, manager=ARCHIVE, archive={"max_file_bytes": 65536},
+        crawl={"sitemaps": True},
+    )  # fmt: skip
     assert result.finished
     files = warc_files(result.output_dir)
     assert len(files) >= 2, "each 120 KB body closes a 64 KiB file"
@@ -84,6 +86,7 @@ def test_every_response_is_archived_with_its_heads_and_digest(serve, crawler):
     for path in files:
         assert records([path])[0][0] == "warcinfo"
     fetched = [hit.path for hit in server.hits]
+    assert {"/robots.txt", "/sitemap.xml", "/moved", "/missing"} <= set(fetched)
     answers = [r for r in every if r[0] in ("response", "revisit")]
     requests = [r for r in every if r[0] == "request"]
     assert sorted(r[1] for r in answers) == sorted(f"http://a.test{p}" for p in fetched)
