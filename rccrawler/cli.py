@@ -328,7 +328,7 @@ def words_command(config: str, prefix: str) -> int:
 
 
 def serve_command(config: str, host: str, port: int) -> int:
-    """Run the search web page of the task named in the settings until Ctrl-C."""
+    """Run the search web page (or the report) of the task named in the settings until Ctrl-C."""
     from rccrawler.manager import load_settings
 
     manager_cls, settings = load_settings(config)
@@ -341,7 +341,8 @@ def serve_command(config: str, host: str, port: int) -> int:
         return EXIT_OK
     if not served:
         print(f"rccrawler serve: the task {manager_cls.__name__} has no search page "
-              "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
+              f"and no report.html in {settings.output_dir} yet (run the crawl first, or "
+              "use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     return EXIT_OK
 

@@ -489,9 +489,10 @@ class Fetcher:
         referer: str = "",
         max_bytes: int | None = None,
         on_send: Callable[[], None] | None = None,
+        method: str = "GET",
         headers: Mapping[str, str] | None = None,
     ) -> Response:
-        """GET ``url``; redirects are returned, not followed.
+        """GET ``url`` (or HEAD it, for a link checker); redirects are returned, not followed.
 
         The body is decoded (gzip, deflate, br) and cut after ``max_bytes``
         (default ``crawl.max_body_bytes``), which also ends an endless body.
@@ -523,7 +524,16 @@ class Fetcher:
         with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
             try:
                 resp, body, truncated, wire = self._send(
-                    url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send
+                    url,
+                    parts.netloc,
+                    scheme,
+                    host,
+                    port,
+                    target,
+                    headers,
+                    max_bytes,
+                    on_send,
+                    method,
                 )
             except FetchError as exc:
                 if deadline.expired:
@@ -537,7 +547,7 @@ class Fetcher:
             self._store_cookies(url, resp.headers)
         headers.setdefault("Host", parts.netloc.rsplit("@", 1)[-1])
         exchange = HttpExchange(
-            url=url, method="GET", target=target, request_headers=tuple(headers.items()),
+            url=url, method=method, target=target, request_headers=tuple(headers.items()),
             http_version="HTTP/1.0" if resp.version == 10 else "HTTP/1.1",
             reason=resp.reason or "", response_headers=tuple(resp.headers.items()),
         )  # fmt: skip
@@ -562,6 +572,7 @@ class Fetcher:
         headers: dict[str, str],
         max_bytes: int,
         on_send: Callable[[], None] | None,
+        method: str = "GET",
     ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool, int]:
         """Send the request and read the body; transport failures become FetchError."""
         try:
@@ -580,12 +591,12 @@ class Fetcher:
                     ip.strip("[]"), int(mapped_port), scheme, pool_kwargs=pool_kwargs
                 )
                 resp = conn.urlopen(
-                    "GET", target, headers=headers, redirect=False, retries=False,
+                    method, target, headers=headers, redirect=False, retries=False,
                     preload_content=False, assert_same_host=False, timeout=self.timeout,
                 )  # fmt: skip
             else:
                 resp = self.pool.urlopen(
-                    "GET", url, headers=headers, redirect=False, retries=False,
+                    method, url, headers=headers, redirect=False, retries=False,
                     preload_content=False, timeout=self.timeout,
                 )  # fmt: skip
             truncated = False

@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import logging
 import os
 import tempfile
+import threading
+import weakref
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from rccrawler.records import PageData, PageState
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from rccrawler.manager import ApplicationManager
     from rccrawler.records import HostData
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 MAX_STEM_BYTES = 150
@@ -56,6 +60,31 @@ def atomic_write(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
         raise
 
 
+_shared: weakref.WeakKeyDictionary[ApplicationManager, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+_shared_lock = threading.Lock()
+
+
+def shared_result(manager: ApplicationManager, key: str, host: str, compute: Callable[[], T]) -> T:
+    """A result several unloaders of one crawl need (PageRank, broken links...): the first
+    to ask computes it, the others get the same object.
+
+    Args:
+        manager: the finished crawl's manager (the cache lives as long as it).
+        key: what is computed, e.g. ``"webgraph.analysis"``.
+        host: the site.
+        compute: makes the result when it is not known yet.
+    """
+    with _shared_lock:
+        known = _shared.setdefault(manager, {})
+        if (key, host) in known:
+            return known[(key, host)]  # type: ignore[no-any-return]
+    result = compute()
+    with _shared_lock:
+        return _shared[manager].setdefault((key, host), result)  # type: ignore[no-any-return]
+
+
 class ResultUnloader:
     """Base of the result writers named in ``unloaders:``.
 
@@ -89,6 +118,29 @@ class ResultUnloader:
                 logger.error("%s", problem)
                 self.failures.append(problem)
         return written
+
+    def write_site_csvs(
+        self,
+        suffix: str,
+        header: Sequence[str],
+        rows_of: Callable[[str], Iterable[Sequence[object]]],
+    ) -> list[Path]:
+        """Write ``H.<suffix>`` for every site: ``header``, then ``rows_of(host)``
+        (through :meth:`unload_per_site`, so one site's failure spares the others).
+
+        Returns:
+            The files written.
+        """
+
+        def write(host: HostData) -> list[Path]:
+            path = self.output_dir / f"{host_file_stem(host.host)}.{suffix}"
+            with atomic_write(path, newline="") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(header)
+                writer.writerows(rows_of(host.host))
+            return [path]
+
+        return self.unload_per_site(write)
 
 
 def page_skip_reason(page: PageData) -> str:
@@ -144,11 +196,15 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
 
 
 class ReportUnloader(ResultUnloader):
-    """Writes ``report.json`` (SPEC §8)."""
+    """Writes ``report.json`` (SPEC §8); a task's subclass adds its own keys in build()."""
+
+    def build(self) -> dict[str, Any]:
+        """The report to write (and keep as ``manager.report``)."""
+        return build_report(self.manager)
 
     def unload(self) -> list[Path]:
         path = self.output_dir / "report.json"
-        report = build_report(self.manager)
+        report = self.build()
         with atomic_write(path) as handle:
             json.dump(report, handle, indent=2, sort_keys=False)
             handle.write("\n")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import ClassVar
+
 from plugins.webgraph import WebGraphManager
 from rccrawler import ParsingThread, ResultUnloader
 from rccrawler.unloaders import atomic_write
@@ -28,3 +31,23 @@ class TitlesUnloader(ResultUnloader):
 class TitleGraphManager(WebGraphManager):
     parsing_thread_cls = TitleParsingThread
     unloader_classes = (*WebGraphManager.unloader_classes, TitlesUnloader)
+
+
+class LinkHookRecorder(ParsingThread):
+    """Records every call of the three link hooks, with the thread that made it."""
+
+    calls: ClassVar[list[tuple[str, str, str, str]]] = []
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def record(self, kind, page, url):
+        with self.lock:
+            self.calls.append((kind, page.normalized_url, url, threading.current_thread().name))
+
+    def found_internal_link(self, page, url):
+        self.record("internal", page, url)
+
+    def found_external_link(self, page, url):
+        self.record("external", page, url)
+
+    def found_other_link(self, page, url):
+        self.record("other", page, url)

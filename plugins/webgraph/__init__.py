@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from plugins.webgraph.manager import WebGraphManager
+from plugins.webgraph.report import HtmlReportUnloader
 from plugins.webgraph.unloaders import CsvGraphUnloader, GraphMLUnloader, SkippedUnloader
 
-__all__ = ["CsvGraphUnloader", "GraphMLUnloader", "SkippedUnloader", "WebGraphManager"]
+__all__ = [
+    "CsvGraphUnloader",
+    "GraphMLUnloader",
+    "HtmlReportUnloader",
+    "SkippedUnloader",
+    "WebGraphManager",
+]

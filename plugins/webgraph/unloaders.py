@@ -6,6 +6,7 @@ import csv
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import quoteattr
 
+from plugins.webgraph.analysis import site_analysis
 from rccrawler.records import PageData, PageState
 from rccrawler.unloaders import ResultUnloader, atomic_write, host_file_stem, page_skip_reason
 
@@ -13,10 +14,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
+    from plugins.webgraph.analysis import LinkAnalysis
     from rccrawler.records import HostData
 
 NODE_HEADER = (
     "id", "url", "level", "status", "content_type", "content_hash", "duplicate_of", "out_degree",
+    "in_degree", "pagerank",
 )  # fmt: skip
 
 
@@ -41,6 +44,7 @@ class CsvGraphUnloader(ResultUnloader):
     def unload_site(self, host: HostData) -> list[Path]:
         stem = host_file_stem(host.host)
         nodes = self.output_dir / f"{stem}.nodes.csv"
+        analysis = site_analysis(self.manager, host.host)
         with atomic_write(nodes, newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(NODE_HEADER)
@@ -48,7 +52,7 @@ class CsvGraphUnloader(ResultUnloader):
                 writer.writerow(
                     (page.id, page.normalized_url, page.level, page.http_status,
                      page.content_type.split(";")[0].strip(), page.content_hash,
-                     page.replace_id or "", page.out_degree)
+                     page.replace_id or "", page.out_degree, *_link_columns(analysis, page))
                 )  # fmt: skip
         arcs = self.output_dir / f"{stem}.arcs.csv"
         with atomic_write(arcs, newline="") as handle:
@@ -66,6 +70,7 @@ class GraphMLUnloader(ResultUnloader):
 
     def unload_site(self, host: HostData) -> list[Path]:
         path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
+        analysis = site_analysis(self.manager, host.host)
         with atomic_write(path) as handle:
             handle.write(
                 '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -73,6 +78,8 @@ class GraphMLUnloader(ResultUnloader):
                 '  <key id="url" for="node" attr.name="url" attr.type="string"/>\n'
                 '  <key id="level" for="node" attr.name="level" attr.type="int"/>\n'
                 '  <key id="status" for="node" attr.name="status" attr.type="int"/>\n'
+                '  <key id="in_degree" for="node" attr.name="in_degree" attr.type="int"/>\n'
+                '  <key id="pagerank" for="node" attr.name="pagerank" attr.type="double"/>\n'
                 f'  <graph id={quoteattr(host.host)} edgedefault="directed">\n'
             )
             for page in graph_nodes(self, host.host):
@@ -82,7 +89,8 @@ class GraphMLUnloader(ResultUnloader):
                     f'    <node id="n{page.id}"><data key="url">'
                     f"{_escape(page.normalized_url)}</data>"
                     f'<data key="level">{page.level}</data>'
-                    f'<data key="status">{page.http_status}</data></node>\n'
+                    f'<data key="status">{page.http_status}</data>'
+                    f"{_link_data(analysis, page)}</node>\n"
                 )
             for number, (source, target) in enumerate(self.data.iter_arcs(host.host)):
                 handle.write(f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n')
@@ -109,6 +117,19 @@ class SkippedUnloader(ResultUnloader):
                     writer.writerow((page.normalized_url, reason, page.referer))
             writer.writerows(self.data.iter_skipped(host.host))
         return [path]
+
+
+def _link_columns(analysis: LinkAnalysis, page: PageData) -> tuple[int | str, str]:
+    """in_degree and pagerank of a node; empty for a duplicate (its page has them)."""
+    found = analysis.of(page.id)
+    return ("", "") if found is None else (found[0], repr(found[1]))
+
+
+def _link_data(analysis: LinkAnalysis, page: PageData) -> str:
+    found = analysis.of(page.id)
+    if found is None:
+        return ""
+    return f'<data key="in_degree">{found[0]}</data><data key="pagerank">{found[1]!r}</data>'
 
 
 def _escape(text: str) -> str:

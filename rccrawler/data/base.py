@@ -249,6 +249,11 @@ class DataManager(ABC):
         """Every arc found on a site's pages (raw ids; unloaders resolve replace_id)."""
 
     @abstractmethod
+    def iter_raw_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        """Every arc of a site as stored, by (from, to): the target unresolved, so arcs
+        to error pages and redirect aliases are there too (a link checker needs them)."""
+
+    @abstractmethod
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
         """(url, reason, found_on url) of links of a site that never became pages."""
 

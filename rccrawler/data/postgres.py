@@ -93,6 +93,9 @@ class _HeldHost:
     busy: int = 0
     """Pages of the host handed to a thread and not stored yet (download or parse)."""
     budget_hit: bool = False
+    dry: bool = False
+    """The last claim found nothing it may take now (the breadth-first barrier): do not
+    ask again until a page of the host finishes or new ones are queued."""
 
 
 class PostgresDataManager(SQLDataManager):
@@ -163,10 +166,10 @@ class PostgresDataManager(SQLDataManager):
         """The advisory lock this worker holds while its connection lives."""
         self._conn: psycopg.Connection[Row] | None = None
         self._held: dict[str, _HeldHost] = {}
+        self._handed: dict[PageId, PageData] = {}
+        """Pages handed to a downloading thread, until their download is stored."""
         self._deltas: Counter[tuple[str, str]] = Counter()
         """Counter changes of the open transaction, written just before it commits."""
-        self._offset = 0.0
-        """Database clock minus the local one, measured at open."""
         self._stats: CrawlStats | None = None
         self._stats_at = 0.0
         self._opened_at = 0.0
@@ -201,13 +204,15 @@ class PostgresDataManager(SQLDataManager):
             if not self.read_only:
                 # Held as long as this connection lives: others see a death at once.
                 conn.execute("SELECT pg_advisory_lock(%s)", (self.lock_key,))
+                # A killed worker loses nothing it committed either way; only a crash of
+                # the server itself could lose its last commits (pages fetched again).
+                conn.execute("SET synchronous_commit = off")
         except psycopg.Error as exc:
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
         with self._atomic() as cur:
             self._opened_at = self._clock(cur)
-            self._offset = self._opened_at - self.clock()
             self._load_deep_links(cur)
             if not self.read_only:
                 cur.execute(
@@ -317,8 +322,10 @@ class PostgresDataManager(SQLDataManager):
         return float(row[0])
 
     def _now(self) -> float:
-        """The database clock without a round trip (the offset measured at open)."""
-        return self.clock() + self._offset
+        """This process's clock: a held host's times are kept in it. The host row keeps
+        the database's; times cross between the two as "seconds from now", measured at
+        the database when it runs the statement, so an error only ever makes them later."""
+        return self.clock()
 
     def _storage_identity(self, cur: Cursor) -> str:
         # The server's own identity and the database: 127.0.0.1 and localhost are one
@@ -378,6 +385,7 @@ class PostgresDataManager(SQLDataManager):
         if was_busy and not busy:
             held.levels[page.level] -= 1
             held.busy -= 1
+            held.dry = False
         if new is PageState.WAITING:
             held.exhausted = False  # a retry or a redirect: back in the table's queue
 
@@ -386,7 +394,7 @@ class PostgresDataManager(SQLDataManager):
         held = self._held.get(host)
         if held is not None:
             held.admitted += count
-            held.exhausted = False
+            held.exhausted = held.dry = False
 
     def _on_budget_hit(self, cur: Cursor, host: str) -> None:
         held = self._held.get(host)
@@ -456,9 +464,9 @@ class PostgresDataManager(SQLDataManager):
         if cur.rowcount:
             self._robots_pending = 1
         cur.execute(
-            "UPDATE hosts SET owner = '', next_fetch_at = greatest(next_fetch_at, %s + "
-            "crawl_delay) WHERE owner = %s",
-            (self._now(), owner),
+            "UPDATE hosts SET owner = '', next_fetch_at = greatest(next_fetch_at, "
+            "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
+            (owner,),
         )
         cur.execute(
             "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
@@ -512,7 +520,18 @@ class PostgresDataManager(SQLDataManager):
     def _claim(
         self, cur: Cursor, page_id: PageId, states: Sequence[PageState], known: PageData | None
     ) -> Claim:
-        """Lock the page's row, which must still be this worker's; the host is held here."""
+        """The page and its held host, from this worker's memory when it can.
+
+        A page this worker handed to a thread is its own for as long as its connection
+        lives: another worker reaps it only once this connection (and with it the
+        advisory lock) is gone, and then this write cannot commit anyway. So no
+        round trip is needed to check it; an unknown page is read and locked.
+        """
+        handed = self._handed.pop(page_id, None) if known is None else known
+        if handed is not None:
+            held = self._held.get(handed.host)
+            if held is not None:
+                return Claim(replace(handed), held.data, held.admitted, self._now())
         wanted = [str(s) for s in states]
         cur.execute(
             f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
@@ -547,12 +566,15 @@ class PostgresDataManager(SQLDataManager):
 
     def _save_held(self, cur: Cursor, held: _HeldHost) -> None:
         """Write a held host's politeness back, for whoever holds it next."""
-        data = held.data
+        data, now = held.data, self._now()
         cur.execute(
-            "UPDATE hosts SET crawl_delay = %s, retry_after_until = %s, "
-            "next_fetch_at = greatest(next_fetch_at, %s) WHERE host = %s",
-            (data.crawl_delay, data.retry_after_until, data.next_fetch_at, data.host),
-        )
+            "UPDATE hosts SET crawl_delay = %s, "
+            "retry_after_until = extract(epoch FROM clock_timestamp()) + %s, "
+            "next_fetch_at = greatest(next_fetch_at, extract(epoch FROM clock_timestamp()) + %s) "
+            "WHERE host = %s",
+            (data.crawl_delay, data.retry_after_until - now, data.next_fetch_at - now,
+             data.host),
+        )  # fmt: skip
 
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._atomic() as cur:
@@ -564,7 +586,7 @@ class PostgresDataManager(SQLDataManager):
         if not self._robots_pending or self.read_only:
             return None  # a hint, refreshed with the statistics snapshot
         with self._atomic() as cur:
-            now = self._now()
+            now = self._clock(cur)
             cur.execute(
                 "UPDATE hosts SET robots_state = 'fetching', robots_owner = %s, "
                 "next_fetch_at = %s + crawl_delay "
@@ -625,7 +647,7 @@ class PostgresDataManager(SQLDataManager):
             if max(data.next_fetch_at, data.retry_after_until) > now:
                 continue
             busy = [level for level, n in held.levels.items() if n > 0]
-            if not held.queue and not held.exhausted:
+            if not held.queue and not held.exhausted and not held.dry:
                 self._claim_batch(held, busy)
             if not held.queue:
                 if held.exhausted and held.busy <= 0:
@@ -648,6 +670,7 @@ class PostgresDataManager(SQLDataManager):
             data.in_flight += 1
             data.next_fetch_at = now + data.crawl_delay
             page.state = PageState.RUNNING
+            self._handed[page.id] = page
             return replace(page)
         return None
 
@@ -667,11 +690,17 @@ class PostgresDataManager(SQLDataManager):
             )
         held.queue.extend(pages)
         held.exhausted = not pages and not busy
+        held.dry = not pages
 
     def _lease_host(self) -> bool:
         """Lease one more host with waiting pages, while this worker has slots to fill."""
-        slots = sum(h.data.max_downloads_at_time for h in self._held.values() if h.queue
-                    or not h.exhausted)  # fmt: skip
+        # What the held hosts can take now (a host behind its breadth-first barrier
+        # takes only what is in flight); more hosts while threads would idle.
+        slots = sum(
+            h.data.in_flight if h.dry and not h.queue
+            else min(h.data.max_downloads_at_time, h.data.in_flight + len(h.queue) + 1)
+            for h in self._held.values()
+        )  # fmt: skip
         if slots >= self.download_slots:
             return False
         with self._transaction() as cur:
@@ -680,13 +709,18 @@ class PostgresDataManager(SQLDataManager):
                 "WHERE owner = '' AND robots_state = 'ready' AND EXISTS (SELECT 1 FROM pages p "
                 "WHERE p.host = h.host AND p.state = 'waiting' AND p.owner = '') "
                 "ORDER BY next_fetch_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-                f"RETURNING {HOST_COLUMNS}, budget_hit",
+                f"RETURNING {HOST_COLUMNS}, budget_hit, "
+                "next_fetch_at - extract(epoch FROM clock_timestamp()), "
+                "retry_after_until - extract(epoch FROM clock_timestamp())",
                 (self.owner,),
             )
             row = cur.fetchone()
             if row is None:
                 return False
-            data = host_from_row(row[:-1])
+            data = host_from_row(row[:-3])
+            # From the database's clock to this process's (see _now).
+            now = self._now()
+            data.next_fetch_at, data.retry_after_until = now + row[-2], now + row[-1]
             cur.execute(
                 "SELECT coalesce(sum(n), 0) FROM counts WHERE host = %s AND key LIKE 'state:%%'",
                 (data.host,),
@@ -697,7 +731,7 @@ class PostgresDataManager(SQLDataManager):
                             (data.host,))  # fmt: skip
                 self._deep_links = bool((cur.fetchone() or (False,))[0])
         data.in_flight = 0
-        self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-1]))
+        self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-3]))
         return True
 
     def _release_host(self, held: _HeldHost) -> None:

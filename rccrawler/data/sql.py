@@ -1021,6 +1021,21 @@ class SQLDataManager(DataManager):
                 yield PageId(from_id), PageId(to_id)
             last_from = bound
 
+    def iter_raw_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+        last = (0, 0)
+        while True:
+            rows = self._read(
+                "SELECT from_id, to_id FROM arcs WHERE host = ? "
+                "AND (from_id > ? OR (from_id = ? AND to_id > ?)) "
+                "ORDER BY from_id, to_id LIMIT 2000",
+                (host, last[0], last[0], last[1]),
+            )
+            if not rows:
+                return
+            for from_id, to_id in rows:
+                yield PageId(from_id), PageId(to_id)
+            last = (int(rows[-1][0]), int(rows[-1][1]))
+
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
         last = ""
         while True:

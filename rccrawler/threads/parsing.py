@@ -63,6 +63,31 @@ class ParsingThread(CrawlerThread):
         """
         return None
 
+    # -- link hooks ----------------------------------------------------------
+    # classify_links() calls one of these for every link of a page, once each (a
+    # page's links are unique, fragments dropped), in document order, before the
+    # page's links are stored. They run on this ParsingThread, and several
+    # ParsingThreads run at once: state shared between them (e.g. on the manager)
+    # needs a lock. They may read ``page`` and ``self.data``'s read methods, but
+    # not change the crawl: what a page links to is decided by classify_links().
+    # A page parsed again after a crash (its parse was never stored) calls them
+    # again: keep what they find on the thread and return it from process_page()
+    # as task rows, stored with the parse. No-ops by default.
+
+    def found_internal_link(self, page: PageData, url: str) -> None:
+        """A link to the page's own site (followed or not: robots, depth, include).
+
+        Args:
+            page: the page the link was found on.
+            url: the link, absolute, fragment dropped, as written (not normalized).
+        """
+
+    def found_external_link(self, page: PageData, url: str) -> None:
+        """An http(s) link to another host (a subdomain is another host)."""
+
+    def found_other_link(self, page: PageData, url: str) -> None:
+        """A link that is not http(s): mailto:, tel:, ftp:, javascript:, data:..."""
+
     def classify_links(
         self, page: PageData, parsed: ParsedPage
     ) -> tuple[list[FoundLink], list[SkippedLink]]:
@@ -75,6 +100,12 @@ class ParsingThread(CrawlerThread):
         max_length = self.crawl.max_url_length
         for url in parsed.links:
             scope = link_scope(url, page.host)
+            if scope is None:
+                self.found_internal_link(page, url)
+            elif scope == SkipReason.SCHEME:
+                self.found_other_link(page, url)
+            else:
+                self.found_external_link(page, url)
             if scope is not None:
                 skipped.append(SkippedLink(normalize_url(url) or url, SkipReason(scope)))
                 continue

@@ -1,0 +1,130 @@
+"""Several PostgreSQL workers on one crawl: does the crawl go faster with more of them?
+
+    python benchmarks/scale_out.py [--workers 1 2 3 4] [--hosts 8] [--pages 150]
+                                   [--latency 0.05] [--rounds 3]
+
+Issue 10: a loopback server with 8 hosts whose answers take 50 ms, crawled by 1, 2, 3
+and 4 worker processes sharing one crawl through PostgreSQL (127.0.0.1:5432, database
+test). Each round runs every worker count once, in turn, so the counts are compared
+under the same load. Printed per count: the median wall time and pages/s with their
+range, the speed-up against 1 worker, and politeness: the peak of requests in flight
+per host (never above max_downloads_at_time) and URLs requested twice (none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from rccrawler.data.storage import discard_storage
+from rccrawler.loopback import Resource, serve_sites
+from rccrawler.manager import load_settings
+from rccrawler.sample_sites import generated_site
+
+PG_URL = "postgresql://127.0.0.1:5432/test"
+MAX_DOWNLOADS = 4
+THREADS = 8
+
+
+class Slow(Mapping[str, Resource]):
+    """A generated site whose every answer takes ``latency`` seconds."""
+
+    def __init__(self, host: str, pages: int, latency: float) -> None:
+        self.site = generated_site(host, pages, fanout=6)
+        self.latency = latency
+
+    def __getitem__(self, path: str) -> Resource:
+        return replace(self.site[path], delay=self.latency)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.site)
+
+    def __len__(self) -> int:
+        return len(self.site)
+
+
+def crawl(folder: Path, hosts: list[str], resolve: dict[str, str], workers: int) -> float:
+    folder.mkdir(parents=True)
+    settings = {
+        "sites": hosts, "storage": PG_URL, "name": f"scale-{uuid.uuid4().hex}",
+        "state_dir": str(folder / "state"), "output_dir": str(folder / "out"),
+        "threads": {"downloading": THREADS, "parsing": 2},
+        "crawl": {"crawl_delay_ms": 0, "max_downloads_at_time": MAX_DOWNLOADS,
+                  "timeout_s": 30, "resolve": resolve},
+    }  # fmt: skip
+    config = folder / "settings.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        if proc.wait(timeout=600) != 0:
+            sys.exit(f"scale_out: a worker exited with {proc.returncode}")
+    elapsed = time.monotonic() - started
+    discard_storage(load_settings(config)[1])
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--hosts", type=int, default=8)
+    parser.add_argument("--pages", type=int, default=150, help="pages per host")
+    parser.add_argument("--latency", type=float, default=0.05, help="seconds per answer")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    hosts = [f"h{n}.test" for n in range(args.hosts)]
+    sites = {host: Slow(host, args.pages, args.latency) for host in hosts}
+    total = args.hosts * args.pages
+    times: dict[int, list[float]] = {n: [] for n in args.workers}
+    peaks: dict[int, int] = {n: 0 for n in args.workers}
+    twice: dict[int, int] = {n: 0 for n in args.workers}
+    with serve_sites(sites) as server, tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(args.rounds):
+            for workers in args.workers:
+                server.hits.clear()
+                server.peak_in_flight.clear()
+                folder = Path(tmp) / f"r{round_}w{workers}"
+                times[workers].append(crawl(folder, hosts, server.resolve, workers))
+                paths = Counter((hit.host, hit.path) for hit in server.hits)
+                pages = sum(1 for (_h, p) in paths if p != "/robots.txt")
+                if pages != total:
+                    sys.exit(f"scale_out: {pages} pages fetched, not {total}")
+                twice[workers] += sum(1 for n in paths.values() if n > 1)
+                peaks[workers] = max(peaks[workers], max(server.peak_in_flight.values()))
+                print(f"round {round_ + 1}: {workers} workers {times[workers][-1]:.2f} s",
+                      flush=True)  # fmt: skip
+    base = statistics.median(times[args.workers[0]])
+    print(f"\n{args.hosts} hosts x {args.pages} pages, {args.latency * 1000:.0f} ms answers, "
+          f"{THREADS} downloading threads a worker, max_downloads_at_time {MAX_DOWNLOADS}, "
+          f"medians of {args.rounds} interleaved rounds")  # fmt: skip
+    print("| workers | seconds (range) | pages/s (range) | speed-up | peak in flight per host "
+          "| URLs fetched twice |")  # fmt: skip
+    print("|---:|---|---|---:|---:|---:|")
+    for workers in args.workers:
+        runs = times[workers]
+        med = statistics.median(runs)
+        print(f"| {workers} | {med:.2f} ({min(runs):.2f}–{max(runs):.2f}) | {total / med:.0f} "
+              f"({total / max(runs):.0f}–{total / min(runs):.0f}) | {base / med:.2f}× | "
+              f"{peaks[workers]} | {twice[workers]} |")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

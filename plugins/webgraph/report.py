@@ -1,0 +1,226 @@
+"""HtmlReportUnloader: ``report.html``, the crawl report with a chart per question (SPEC §8).
+
+One self-contained page: the charts are inline SVG drawn from the template's one bar-chart
+macro, the style is inline, nothing is fetched to view it. Every text from the crawl
+(URLs, content types, stop reasons) goes through Jinja2's autoescape.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import jinja2
+
+from plugins.webgraph.analysis import site_analysis
+from rccrawler.records import PageData, PageState
+from rccrawler.unloaders import ResultUnloader, atomic_write, build_report
+
+if TYPE_CHECKING:
+    from rccrawler.config import Settings
+
+logger = logging.getLogger(__name__)
+
+TOP_PAGES = 20
+"""How many of the most linked pages the report lists."""
+TOP_SKIP_REASONS = 10
+
+SIZE_BINS: tuple[tuple[int, str], ...] = (
+    (1 << 10, "< 1 KiB"),
+    (4 << 10, "1–4 KiB"),
+    (16 << 10, "4–16 KiB"),
+    (64 << 10, "16–64 KiB"),
+    (256 << 10, "64–256 KiB"),
+    (1 << 20, "256 KiB–1 MiB"),
+    (4 << 20, "1–4 MiB"),
+    (sys.maxsize, "≥ 4 MiB"),
+)
+"""Upper bounds (exclusive) and labels of the page-size histogram."""
+
+Bars = Sequence[tuple[str, float]]
+"""A chart's rows: (label, value), drawn in this order."""
+
+
+@dataclass(slots=True)
+class SiteCharts:
+    """What report.html shows of one site, gathered in one pass over its pages."""
+
+    host: str
+    summary: dict[str, Any]
+    levels: Counter[int] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    sizes: Counter[str] = field(default_factory=Counter)
+    type_bytes: Counter[str] = field(default_factory=Counter)
+    top: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, page: PageData) -> None:
+        label = status_label(page)
+        if label is None:
+            return  # never fetched (queued, robots, depth...)
+        self.statuses[label] += 1
+        if page.state is PageState.DONE and label != "redirect":
+            self.levels[page.level] += 1
+        if page.downloaded:
+            self.sizes[size_label(page.bytes)] += 1
+            mime = page.content_type.split(";", 1)[0].strip().lower() or "(none)"
+            self.type_bytes[mime] += page.bytes
+
+    def charts(self) -> list[dict[str, Any]]:
+        """The charts in page order: title, a note, rows and the value format."""
+        skipped = Counter(self.summary.get("skipped_by_reason", {}))
+        return [
+            _chart("Pages per level", "Graph nodes (duplicates included) by distance "
+                   "from the start page.",
+                   [(f"level {level}", n) for level, n in sorted(self.levels.items())]),
+            _chart("Status codes and error kinds", "Final answer of every fetched URL: the "
+                   "HTTP status, an error name, or redirect for an alias of a known page.",
+                   _by_count(self.statuses)),
+            _chart("Page sizes", "Response time is not stored per page, so this is the "
+                   "histogram of body sizes (bytes received) instead.",
+                   [(label, self.sizes[label]) for _, label in SIZE_BINS
+                    if self.sizes[label]]),
+            _chart("Bytes per content type", "Body bytes received, by media type.",
+                   _by_count(self.type_bytes), unit="bytes"),
+            _chart(f"The {TOP_PAGES} pages of highest PageRank", "PageRank (damping 0.85) "
+                   "over the site's graph; the table below has their in-degree.",
+                   [(row["url"], row["pagerank"]) for row in self.top], unit="rank"),
+            _chart("Why URLs were not crawled", f"The {TOP_SKIP_REASONS} most frequent "
+                   "reasons in skipped.csv.",
+                   skipped.most_common(TOP_SKIP_REASONS)),
+        ]  # fmt: skip
+
+
+def status_label(page: PageData) -> str | None:
+    """The status chart's label of a page, None for a page that was never fetched."""
+    if page.state is PageState.DONE and page.error_code == "redirect":
+        return "redirect"
+    if page.http_status is not None:
+        return str(page.http_status)
+    if page.state is PageState.ERROR:
+        return page.error_code or "error"
+    return None
+
+
+def size_label(size: int) -> str:
+    return next(label for bound, label in SIZE_BINS if size < bound)
+
+
+def _by_count(counter: Counter[str]) -> list[tuple[str, int]]:
+    return sorted(counter.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _chart(title: str, note: str, rows: Bars, unit: str = "") -> dict[str, Any]:
+    return {"title": title, "note": note, "rows": rows, "unit": unit}
+
+
+def format_value(value: float, unit: str = "") -> str:
+    """A bar's value as text: bytes in KiB/MiB, ranks with 4 significant digits."""
+    if unit == "rank":
+        return f"{value:.4g}"
+    if unit == "bytes":
+        for limit, suffix in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if value >= limit:
+                return f"{value / limit:.1f} {suffix}"
+        return f"{int(value)} B"
+    return f"{int(value):,}"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("plugins.webgraph", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["value"] = format_value
+    return env
+
+
+class HtmlReportUnloader(ResultUnloader):
+    """Writes ``report.html`` beside report.json: per site, its numbers and six charts."""
+
+    template = "report.html"
+
+    def unload(self) -> list[Path]:
+        report = self.manager.report or build_report(self.manager)
+        sites = [self.site(host, summary) for host, summary in report["sites"].items()]
+        page = _environment().get_template(self.template).render(report=report, sites=sites)
+        path = self.output_dir / "report.html"
+        with atomic_write(path) as handle:
+            handle.write(page)
+        return [path]
+
+    def site(self, host: str, summary: dict[str, Any]) -> SiteCharts:
+        charts = SiteCharts(host, summary)
+        analysis = site_analysis(self.manager, host)
+        top = analysis.top(TOP_PAGES)
+        urls: dict[int, str] = {}
+        wanted = {page_id for page_id, _, _ in top}
+        for page in self.data.iter_pages(host):
+            charts.add(page)
+            if page.id in wanted:
+                urls[page.id] = page.normalized_url
+        charts.top = [
+            {"url": urls.get(page_id, ""), "in_degree": in_degree, "pagerank": rank}
+            for page_id, in_degree, rank in top
+        ]
+        return charts
+
+
+class ReportHTTPServer(ThreadingHTTPServer):
+    """Serves one report.html at ``/`` (``rccrawler serve`` for a task without search).
+
+    Args:
+        address: (host, port) to listen on; port 0 picks a free one.
+        path: the report file, read anew for each request (a later crawl rewrites it).
+    """
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], path: Path) -> None:
+        super().__init__(address, _ReportHandler)
+        self.path = path
+
+
+class _ReportHandler(BaseHTTPRequestHandler):
+    server: ReportHTTPServer
+
+    def do_GET(self) -> None:
+        if urlsplit(self.path).path not in ("/", "/report.html"):
+            self.send_error(404)
+            return
+        try:
+            body = self.server.path.read_bytes()
+        except OSError:
+            self.send_error(404, "no report.html: run the crawl first")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        logger.info("%s " + format, self.address_string(), *args)
+
+
+def serve_report(settings: Settings, host: str, port: int) -> bool:
+    """Serve ``output_dir/report.html`` until interrupted; False when there is none yet."""
+    path = settings.output_dir / "report.html"
+    if not path.is_file():
+        return False
+    server = ReportHTTPServer((host, port), path)
+    print(f"report on http://{host}:{server.server_port}/ (Ctrl-C ends it)", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    return True
