@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from rccrawler.exceptions import ConfigError
+from rccrawler.policy import ScopeRules
 from rccrawler.urls import NormalizeOptions
 
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
@@ -36,6 +38,20 @@ class CrawlSettings:
     proxy: str | None = None
     cookies: bool = True
     include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    """A URL containing one of these is not crawled (reason ``exclude``)."""
+    include_regex: tuple[str, ...] = ()
+    """Python regular expressions; if any, a URL must match one (``re.search``)."""
+    exclude_regex: tuple[str, ...] = ()
+    """A URL matching one of these (``re.search``) is not crawled (reason ``exclude``)."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Extra request headers (never Host; no control characters)."""
+    sitemaps: bool = True
+    """Read robots.txt ``Sitemap:`` lines and ``/sitemap.xml`` for level-1 URLs."""
+    max_sitemap_files: int = 50
+    """Sitemap files (index files included) fetched per site."""
+    max_sitemap_urls: int = 50_000
+    """URLs taken from a site's sitemaps; the rest are ignored with a warning."""
     resolve: Mapping[str, str] = field(default_factory=dict)
     verify_tls: bool = True
     auto_throttle: bool = False
@@ -53,6 +69,16 @@ class CrawlSettings:
     grow a path or a query string with every page."""
     max_query_variants: int = 1000
     """Distinct query strings crawled per host and path; more are skipped (``too_many_queries``)."""
+
+    @property
+    def scope(self) -> ScopeRules:
+        """The include/exclude rules (patterns compiled; ``re`` caches them)."""
+        return ScopeRules(
+            include=self.include,
+            exclude=self.exclude,
+            include_regex=tuple(re.compile(p) for p in self.include_regex),
+            exclude_regex=tuple(re.compile(p) for p in self.exclude_regex),
+        )
 
     @property
     def normalize_options(self) -> NormalizeOptions:
@@ -86,6 +112,12 @@ class Settings:
     """The file these settings came from."""
     name: str = ""
     """The crawl's identity in shared storage (SPEC §9); empty means its state_dir."""
+    site_crawl: Mapping[str, CrawlSettings] = field(default_factory=dict)
+    """Per-site ``crawl:`` (host -> settings) for ``sites:`` entries that override keys."""
+
+    def crawl_for(self, host: str) -> CrawlSettings:
+        """The crawl settings of one site: its own overrides, else ``crawl:``."""
+        return self.site_crawl.get(host, self.crawl)
 
     @property
     def crawl_name(self) -> str:
@@ -109,6 +141,13 @@ _CRAWL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "proxy": ((str, type(None)), "null or http://host:port"),
     "cookies": ((bool,), "true or false"),
     "include": ((list,), "a list of strings"),
+    "exclude": ((list,), "a list of strings"),
+    "include_regex": ((str, list, type(None)), "a regular expression or a list of them"),
+    "exclude_regex": ((str, list, type(None)), "a regular expression or a list of them"),
+    "headers": ((dict,), "a mapping of header names to strings"),
+    "sitemaps": ((bool,), "true or false"),
+    "max_sitemap_files": ((int,), "a whole number >= 0"),
+    "max_sitemap_urls": ((int,), "a whole number >= 0"),
     "resolve": ((dict,), 'a mapping like {"site.test:80": "127.0.0.1:8080"}'),
     "verify_tls": ((bool,), "true or false"),
     "auto_throttle": ((bool,), "true or false"),
@@ -131,8 +170,17 @@ _LOWER_BOUNDS = {
     "max_depth": 0, "max_pages": 0, "crawl_delay_ms": 0, "max_redirects": 0,
     "max_crawl_delay_ms": 0, "max_downloads_at_time": 1, "max_download_attempts": 1,
     "max_body_bytes": 1, "max_links_per_page": 1, "max_html_depth": 16,
-    "max_url_length": 256, "max_query_variants": 1,
+    "max_url_length": 256, "max_query_variants": 1, "max_sitemap_files": 0,
+    "max_sitemap_urls": 0,
 }  # fmt: skip
+SITE_KEYS = (
+    "max_depth", "crawl_delay_ms", "max_downloads_at_time", "include", "exclude",
+    "include_regex", "exclude_regex", "headers", "sitemaps", "max_sitemap_files",
+    "max_sitemap_urls",
+)  # fmt: skip
+"""``crawl:`` keys a ``sites:`` entry may override: the ones that are per host."""
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP header name (RFC 9110 token)."""
 
 
 def machine_limits() -> dict[str, int]:
@@ -179,14 +227,14 @@ def _check_header_text(key: str, value: str) -> None:
         raise ConfigError(key, "must not contain control characters (CR, LF, tab...)")
 
 
-def _crawl_settings(raw: object) -> CrawlSettings:
+def _crawl_settings(raw: object, prefix: str = "crawl") -> CrawlSettings:
     if raw is None:
         return CrawlSettings()
     if not isinstance(raw, dict):
-        raise ConfigError("crawl", f"must be a mapping, not {type(raw).__name__}")
+        raise ConfigError(prefix, f"must be a mapping, not {type(raw).__name__}")
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        dotted = f"crawl.{key}"
+        dotted = f"{prefix}.{key}"
         if key not in _CRAWL_KEYS:
             raise ConfigError(dotted, "unknown key (allowed: " + ", ".join(_CRAWL_KEYS) + ")")
         types, what = _CRAWL_KEYS[key]
@@ -194,41 +242,80 @@ def _crawl_settings(raw: object) -> CrawlSettings:
         values["from_" if key == "from" else key] = value
     for key, low in _LOWER_BOUNDS.items():
         if values.get(key, low) < low:
-            raise ConfigError(f"crawl.{key}", f"must be >= {low}")
+            raise ConfigError(f"{prefix}.{key}", f"must be >= {low}")
     if values.get("timeout_s", 1) <= 0:
-        raise ConfigError("crawl.timeout_s", "must be > 0")
+        raise ConfigError(f"{prefix}.timeout_s", "must be > 0")
     if values.get("timeout_s", 1) > MAX_TIMEOUT_S:
-        raise ConfigError("crawl.timeout_s", f"must be <= {MAX_TIMEOUT_S:.0f} (a day)")
+        raise ConfigError(f"{prefix}.timeout_s", f"must be <= {MAX_TIMEOUT_S:.0f} (a day)")
     for key in ("crawl_delay_ms", "max_crawl_delay_ms"):
         if values.get(key, 0) > MAX_DELAY_MS:
-            raise ConfigError(f"crawl.{key}", f"must be <= {MAX_DELAY_MS} (a day)")
+            raise ConfigError(f"{prefix}.{key}", f"must be <= {MAX_DELAY_MS} (a day)")
     body_limit = machine_limits()["max_body_bytes"]
     if values.get("max_body_bytes", 1) > body_limit:
         raise ConfigError(
-            "crawl.max_body_bytes", f"must be <= {body_limit} (1/16 of this machine's memory)"
+            f"{prefix}.max_body_bytes", f"must be <= {body_limit} (1/16 of this machine's memory)"
         )
     for key in ("user_agent", "from"):
         if key in values or (key == "from" and "from_" in values):
-            _check_header_text(f"crawl.{key}", values["from_" if key == "from" else key])
-    if "include" in values:
-        if not all(isinstance(item, str) and item for item in values["include"]):
-            raise ConfigError("crawl.include", "must be a list of non-empty strings")
-        values["include"] = tuple(values["include"])
+            _check_header_text(f"{prefix}.{key}", values["from_" if key == "from" else key])
+    for key in ("include", "exclude"):
+        if key in values:
+            if not all(isinstance(item, str) and item for item in values[key]):
+                raise ConfigError(f"{prefix}.{key}", "must be a list of non-empty strings")
+            values[key] = tuple(values[key])
+    for key in ("include_regex", "exclude_regex"):
+        if key in values:
+            values[key] = _patterns(f"{prefix}.{key}", values[key])
+    if "headers" in values:
+        values["headers"] = _headers(f"{prefix}.headers", values["headers"])
     if "resolve" in values:
         for name, target in values["resolve"].items():
             if not (isinstance(name, str) and isinstance(target, str)):
-                raise ConfigError("crawl.resolve", "keys and values must be strings")
+                raise ConfigError(f"{prefix}.resolve", "keys and values must be strings")
             if ":" not in name or ":" not in target:
-                raise ConfigError(f"crawl.resolve.{name}", "must map host:port to ip:port")
+                raise ConfigError(f"{prefix}.resolve.{name}", "must map host:port to ip:port")
             if not target.rsplit(":", 1)[1].isdigit() or not name.rsplit(":", 1)[1].isdigit():
-                raise ConfigError(f"crawl.resolve.{name}", "ports must be numbers")
+                raise ConfigError(f"{prefix}.resolve.{name}", "ports must be numbers")
         values["resolve"] = {k.lower(): v for k, v in values["resolve"].items()}
     proxy = values.get("proxy")
     if proxy is not None:
         _check_proxy(proxy)
     if "user_agent" in values and not values["user_agent"].strip():
-        raise ConfigError("crawl.user_agent", "must not be empty")
+        raise ConfigError(f"{prefix}.user_agent", "must not be empty")
     return CrawlSettings(**values)
+
+
+def _patterns(key: str, raw: str | list[Any] | None) -> tuple[str, ...]:
+    """Regular expressions, compiled once here so a bad one stops the crawl before it starts."""
+    if raw is None:
+        return ()
+    patterns = [raw] if isinstance(raw, str) else raw
+    for index, pattern in enumerate(patterns):
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError(key, "must be a regular expression or a list of non-empty ones")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            where = f"[{index}]" if not isinstance(raw, str) else ""
+            raise ConfigError(
+                f"{key}{where}", f"{pattern!r} is not a valid regular expression ({exc})"
+            ) from exc
+    return tuple(patterns)
+
+
+def _headers(key: str, raw: dict[Any, Any]) -> dict[str, str]:
+    """Extra request headers: names are tokens, values plain text, and Host is the crawl's."""
+    headers: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise ConfigError(key, f"{name!r} is not a header name")
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}.{name}", f"must be a string, not {type(value).__name__}")
+        if name.lower() == "host":
+            raise ConfigError(f"{key}.{name}", "cannot be set: the crawl sends each site's Host")
+        _check_header_text(f"{key}.{name}", value)
+        headers[name] = value
+    return headers
 
 
 def _check_proxy(proxy: str) -> None:
@@ -244,8 +331,13 @@ def _check_proxy(proxy: str) -> None:
         raise ConfigError("crawl.proxy", f"{what} (no host)")
 
 
-def _sites(raw: object) -> tuple[str, ...]:
-    from rccrawler.urls import site_start_url
+def _sites(raw: object, crawl: object) -> tuple[tuple[str, ...], dict[str, CrawlSettings]]:
+    """The start URLs, and the crawl settings of the sites that override ``crawl:`` keys.
+
+    An override is the ``crawl:`` section with the entry's keys replaced, validated
+    like it (so an error names ``sites[1].crawl.max_depth``).
+    """
+    from rccrawler.urls import host_of, site_start_url
 
     if raw is None:
         raise ConfigError("sites", "is required: a list of domain names or start URLs")
@@ -254,14 +346,40 @@ def _sites(raw: object) -> tuple[str, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError("sites", "must be a non-empty list of domain names or start URLs")
     sites: list[str] = []
+    overrides: dict[str, CrawlSettings] = {}
     for index, site in enumerate(raw):
+        key = f"sites[{index}]"
+        own: object = None
+        if isinstance(site, dict):
+            for extra in site:
+                if extra not in ("url", "crawl"):
+                    raise ConfigError(f"{key}.{extra}", "unknown key (allowed: url, crawl)")
+            own = site.get("crawl")
+            site = site.get("url")
+            if site is None:
+                raise ConfigError(f"{key}.url", "is required in a site mapping")
+            key = f"{key}.url"
         if not isinstance(site, str):
-            raise ConfigError(f"sites[{index}]", f"must be a string, not {type(site).__name__}")
+            raise ConfigError(key, f"must be a string, not {type(site).__name__}")
         try:
-            sites.append(site_start_url(site))
+            url = site_start_url(site)
         except ValueError as exc:
-            raise ConfigError(f"sites[{index}]", str(exc)) from exc
-    return tuple(sites)
+            raise ConfigError(key, str(exc)) from exc
+        sites.append(url)
+        if own is not None:
+            prefix = f"sites[{index}].crawl"
+            if not isinstance(own, dict):
+                raise ConfigError(prefix, f"must be a mapping, not {type(own).__name__}")
+            for name in own:
+                if name not in SITE_KEYS:
+                    raise ConfigError(
+                        f"{prefix}.{name}", "cannot be set per site (allowed: "
+                        + ", ".join(SITE_KEYS) + ")",
+                    )  # fmt: skip
+            _crawl_settings(own, prefix)  # errors name the site's key
+            merged = {**(crawl if isinstance(crawl, dict) else {}), **own}
+            overrides[host_of(url)] = _crawl_settings(merged)
+    return tuple(sites), overrides
 
 
 def _path(key: str, raw: object, default: Path) -> Path:
@@ -334,15 +452,18 @@ def settings_from_mapping(
     name = raw.get("name", "")
     if not isinstance(name, str) or len(name) > 200 or any(ord(c) < 32 for c in name):
         raise ConfigError("name", "must be a string of at most 200 printable characters")
+    crawl = _crawl_settings(raw.get("crawl"))
+    sites, site_crawl = _sites(raw.get("sites"), raw.get("crawl"))
     return Settings(
         name=name,
-        sites=_sites(raw.get("sites")),
+        sites=sites,
+        site_crawl=site_crawl,
         manager=manager,
         state_dir=_path("state_dir", raw.get("state_dir"), Path("state") / stem),
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
         downloading_threads=threads.get("downloading", 8),
         parsing_threads=threads.get("parsing", 2),
-        crawl=_crawl_settings(raw.get("crawl")),
+        crawl=crawl,
         storage=storage,
         parser=parser,
         downloading_thread=_dotted("downloading_thread", raw.get("downloading_thread")),

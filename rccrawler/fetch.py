@@ -37,7 +37,7 @@ from urllib3.exceptions import (
 )
 
 from rccrawler.exceptions import FetchError
-from rccrawler.records import DownloadResult
+from rccrawler.records import DownloadResult, HttpExchange
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
@@ -68,6 +68,8 @@ class Response:
     truncated: bool
     elapsed: float
     wire_bytes: int
+    exchange: HttpExchange | None = None
+    """The heads as sent and received (for archives)."""
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -445,6 +447,7 @@ class Fetcher:
         }
         if settings.from_:
             headers["From"] = settings.from_
+        headers.update(settings.headers)
         self.headers = headers
         pool_kwargs: dict[str, object] = {
             "num_pools": 64,
@@ -487,6 +490,7 @@ class Fetcher:
         max_bytes: int | None = None,
         on_send: Callable[[], None] | None = None,
         method: str = "GET",
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """GET ``url`` (or HEAD it, for a link checker); redirects are returned, not followed.
 
@@ -505,7 +509,7 @@ class Fetcher:
             port = parts.port or (443 if scheme == "https" else 80)
         except ValueError as exc:  # "http://[::1", a port that is not a number
             raise FetchError("bad_url", str(exc), retryable=False) from exc
-        headers = dict(self.headers)
+        headers = {**self.headers, **(headers or {})}
         referer = referer_header(referer, url)
         if referer:
             headers["Referer"] = referer
@@ -541,7 +545,14 @@ class Fetcher:
         response_headers = {k.lower(): v for k, v in resp.headers.items()}
         if self.cookie_jar is not None:
             self._store_cookies(url, resp.headers)
+        headers.setdefault("Host", parts.netloc.rsplit("@", 1)[-1])
+        exchange = HttpExchange(
+            url=url, method=method, target=target, request_headers=tuple(headers.items()),
+            http_version="HTTP/1.0" if resp.version == 10 else "HTTP/1.1",
+            reason=resp.reason or "", response_headers=tuple(resp.headers.items()),
+        )  # fmt: skip
         return Response(
+            exchange=exchange,
             status=resp.status,
             headers=response_headers,
             body=body,
@@ -611,11 +622,22 @@ class Fetcher:
         return resp, body, truncated, wire
 
     def download(
-        self, url: str, *, referer: str = "", on_send: Callable[[], None] | None = None
+        self,
+        url: str,
+        *,
+        referer: str = "",
+        on_send: Callable[[], None] | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> DownloadResult:
-        """GET ``url`` and describe the outcome as a DownloadResult (errors are data)."""
+        """GET ``url`` and describe the outcome as a DownloadResult (errors are data).
+
+        ``headers`` are a site's own extra request headers (``sites:`` overrides).
+        """
         try:
-            response = self.get(url, referer=referer, on_send=on_send)
+            response = self.get(
+                url, referer=referer, on_send=on_send, headers=headers, max_bytes=max_bytes
+            )
         except FetchError as exc:
             # The kind goes to the report; the detail (which certificate, which
             # socket error) is only here.
@@ -645,6 +667,7 @@ class Fetcher:
             elapsed=response.elapsed,
             wire_bytes=response.wire_bytes,
             throttle=self.settings.auto_throttle,
+            exchange=response.exchange,
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------

@@ -271,8 +271,8 @@ class ApplicationManager:
             raise
 
     def add_sites(self) -> None:
-        crawl = self.settings.crawl
         for site in self.settings.sites:
+            crawl = self.settings.crawl_for(host_of(site))
             normalized = normalize_url(site, crawl.normalize_options)
             if normalized is None:
                 raise ConfigError("sites", f"{site!r} is not an http(s) URL")

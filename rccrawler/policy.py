@@ -8,6 +8,7 @@ the response, the clock) and returns a frozen outcome.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,6 +35,37 @@ class CrawlLimits:
     """Pages admitted per site; 0 means no limit."""
     max_download_attempts: int = 3
     max_redirects: int = 10
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScopeRules:
+    """A site's ``include``/``exclude`` rules (``crawl:`` keys, patterns compiled)."""
+
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    include_regex: tuple[re.Pattern[str], ...] = ()
+    exclude_regex: tuple[re.Pattern[str], ...] = ()
+
+
+def scope_skip(url: str, rules: ScopeRules) -> SkipReason | None:
+    """Why the scope rules keep ``url`` out of the crawl; None when they let it in.
+
+    The one scope decision, for links found on pages, redirect targets and sitemap
+    URLs alike. Exclusion wins: a URL containing an ``exclude`` string or matching an
+    ``exclude_regex`` is out (``exclude``) whatever else matches. Otherwise, when
+    ``include`` is set the URL must contain one of its strings, and when
+    ``include_regex`` is set it must match one of its patterns (``include``).
+    Patterns are searched anywhere in the URL (``re.search``); anchor them with ``^``.
+    """
+    if any(token in url for token in rules.exclude) or any(
+        pattern.search(url) for pattern in rules.exclude_regex
+    ):
+        return SkipReason.EXCLUDE
+    if rules.include and not any(token in url for token in rules.include):
+        return SkipReason.INCLUDE
+    if rules.include_regex and not any(pattern.search(url) for pattern in rules.include_regex):
+        return SkipReason.INCLUDE
+    return None
 
 
 def is_html(content_type: str) -> bool:

@@ -40,6 +40,11 @@ class SkipReason(StrEnum):
     ROBOTS = "robots"
     DEPTH = "depth"
     INCLUDE = "include"
+    """Matches no ``crawl.include`` string or no ``crawl.include_regex`` pattern."""
+    EXCLUDE = "exclude"
+    """Contains a ``crawl.exclude`` string or matches a ``crawl.exclude_regex`` pattern."""
+    SITEMAP_OUTSIDE = "sitemap_outside"
+    """Listed in a site's sitemap but not on that site (another host, a subdomain...)."""
     BUDGET = "budget"
     NOT_HTML = "not_html"
     DUPLICATE = "duplicate"
@@ -151,6 +156,28 @@ class SkippedLink:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpExchange:
+    """One request as sent and its response head as received, for archives (WARC).
+
+    The body of the matching DownloadResult is the *decoded* payload (gzip, br...
+    undone), while ``response_headers`` still name the encoding it came with: an
+    archive says so (see ``plugins/archive``).
+    """
+
+    url: str
+    method: str
+    target: str
+    """The origin-form request target (``/path?query``)."""
+    request_headers: tuple[tuple[str, str], ...]
+    """As sent, ``Host`` included (cookies and ``crawl.headers`` too)."""
+    http_version: str
+    """``HTTP/1.1`` or ``HTTP/1.0``."""
+    reason: str
+    response_headers: tuple[tuple[str, str], ...]
+    """In the order received, repeated names kept, original spelling."""
+
+
+@dataclass(frozen=True, slots=True)
 class DownloadResult:
     """What a DownloadingThread learned about a page.
 
@@ -174,6 +201,8 @@ class DownloadResult:
     wire_bytes: int = 0
     throttle: bool = False
     """Adapt the host's crawl delay to ``elapsed`` (``crawl.auto_throttle``)."""
+    exchange: HttpExchange | None = None
+    """The request and response heads, when a response came (for archiving tasks)."""
 
 
 @dataclass(frozen=True, slots=True)

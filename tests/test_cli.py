@@ -70,7 +70,8 @@ def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str] | None
 def write_settings(folder: Path, server: Any, **keys: Any) -> Path:
     """settings.yaml in ``folder`` for the sites of ``server`` (state and output in the
     folder unless ``keys`` say otherwise)."""
-    crawl = {"crawl_delay_ms": 0, "timeout_s": 5, "max_download_attempts": 1,
+    # No sitemaps: the tests count the requests a crawl makes.
+    crawl = {"crawl_delay_ms": 0, "timeout_s": 5, "max_download_attempts": 1, "sitemaps": False,
              "resolve": server.resolve, **keys.pop("crawl", {})}  # fmt: skip
     settings = {"sites": sorted(server.sites), "state_dir": "state", "output_dir": "out",
                 "threads": {"downloading": 2, "parsing": 1}, "crawl": crawl, **keys}  # fmt: skip

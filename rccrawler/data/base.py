@@ -111,6 +111,25 @@ class DataManager(ABC):
         """
 
     @abstractmethod
+    def add_links(
+        self,
+        host: str,
+        links: Sequence[FoundLink],
+        skipped: Sequence[SkippedLink] = (),
+        *,
+        level: int = 1,
+        referer: str = "",
+    ) -> int:
+        """Queue URLs found outside any page (a sitemap) as new pages of ``host`` at
+        ``level``, with no source page and ``referer`` (the sitemap) as how they were
+        found; URLs known already are left as they are, the site's page budget applies,
+        and ``skipped`` are recorded with no page they were found on.
+
+        Returns:
+            How many new pages were queued.
+        """
+
+    @abstractmethod
     def take_robots(self) -> HostData | None:
         """Lease a host whose robots.txt is not fetched yet (it is then FETCHING)."""
 

@@ -483,6 +483,39 @@ class SQLDataManager(DataManager):
             self._save_host(cur, known)
             return True
 
+    def add_links(
+        self,
+        host: str,
+        links: Sequence[FoundLink],
+        skipped: Sequence[SkippedLink] = (),
+        *,
+        level: int = 1,
+        referer: str = "",
+    ) -> int:
+        with self._atomic() as cur:
+            self._lock_sites(cur)
+            # The budget counts every page of the site (few before its robots.txt is in).
+            cur.execute(self._sql("SELECT count(*) FROM pages WHERE host = ?"), (host,))
+            admitted = int((cur.fetchone() or (0,))[0])
+            unique = unique_links(links)
+            known = self._pages_of_urls(cur, list(unique))
+            admission = admit_links(unique, known, admitted, self.limits)
+            rows = [(host, link.url, link.normalized_url, None, level, referer)
+                    for link in admission.new]  # fmt: skip
+            if rows:
+                self._insert_pages(cur, host, rows)
+            if admission.budget_hit:
+                self._on_budget_hit(cur, host)
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, NULL) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                [(host, url, reason) for url, reason in admission.not_queued]
+                + [(host, s.url, s.reason.value) for s in skipped],
+            )
+            return len(rows)
+
     def _insert_pages(
         self, cur: Cursor, host: str, rows: Sequence[tuple[str, str, str, int | None, int, str]]
     ) -> list[int]:

@@ -11,6 +11,7 @@ from rccrawler.robots import RobotsRules
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
+    from rccrawler.policy import ScopeRules
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class CrawlerThread(threading.Thread):
         self.stopping = manager.stopping
         self.error: BaseException | None = None
         self._robots: dict[str, RobotsRules] = {}
+        self._scopes: dict[str, ScopeRules] = {}
 
     def run(self) -> None:
         try:
@@ -74,6 +76,13 @@ class CrawlerThread(threading.Thread):
                 rules = RobotsRules.parse(text, self.settings.crawl.user_agent)
             self._robots[host] = rules
         return rules
+
+    def scope_for(self, host: str) -> ScopeRules:
+        """The site's include/exclude rules (its own ``sites:`` overrides, else ``crawl:``)."""
+        scope = self._scopes.get(host)
+        if scope is None:
+            scope = self._scopes[host] = self.settings.crawl_for(host).scope
+        return scope
 
     def step(self) -> bool:
         """Do one unit of work; return False when there was nothing to do."""

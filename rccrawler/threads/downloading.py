@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
-from rccrawler.records import DownloadResult, PageData, SkipReason
+from rccrawler.policy import scope_skip
+from rccrawler.records import DownloadResult, FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.robots import RobotsRules, cut_robots_body
+from rccrawler.sitemaps import parse_sitemap, sitemap_seeds
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import (
     link_scope,
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ROBOTS_MAX_REDIRECTS = 5
+SITEMAP_MAX_BYTES = 50 * 1024 * 1024
+"""The sitemaps.org limit on one (uncompressed) sitemap file; ``crawl.max_body_bytes``
+lowers it."""
 
 
 def content_hash(body: bytes) -> str:
@@ -54,10 +60,33 @@ class DownloadingThread(CrawlerThread):
         self.download(page)
         return True
 
+    def fetch(
+        self, url: str, host: str, *, referer: str = "", max_bytes: int | None = None
+    ) -> DownloadResult:
+        """Every request of this thread: the site's headers, the host's politeness clock,
+        then process_response() with the outcome."""
+        result = self.fetcher.download(
+            url,
+            referer=referer,
+            on_send=lambda: self.data.mark_request_sent(host),
+            headers=self.settings.crawl_for(host).headers,
+            max_bytes=max_bytes,
+        )
+        self.process_response(url, result)
+        return result
+
+    def process_response(self, url: str, result: DownloadResult) -> None:
+        """Hook for crawl tasks: every outcome of a request this thread made (robots.txt,
+        sitemaps, redirects, pages, errors), in the order made. ``result.exchange``
+        holds the heads when a response came. Runs in this DownloadingThread, outside
+        the DataManager's lock; several threads call it at once. No-op by default.
+        """
+
     # -- robots ------------------------------------------------------------
     def fetch_robots(self, host: HostData) -> None:
         """Fetch robots.txt (following up to 5 redirects) and store the rules."""
         if not self.crawl.obey_robots:
+            self.read_sitemaps(host, RobotsRules.allow_all(), None)
             self.data.store_robots(host.host, None, "", None, blocked=False)
             return
         url = f"{host.scheme}://{host.host}/robots.txt"
@@ -65,9 +94,7 @@ class DownloadingThread(CrawlerThread):
         body = b""
         error = ""
         for _ in range(ROBOTS_MAX_REDIRECTS + 1):
-            result = self.fetcher.download(
-                url, on_send=lambda: self.data.mark_request_sent(host.host)
-            )
+            result = self.fetch(url, host.host)
             status, body = result.status, result.body
             if result.error == "tls":
                 # The handshake that failed here fails for every page of the host
@@ -96,9 +123,99 @@ class DownloadingThread(CrawlerThread):
         if blocked:
             answer = f"answered {status}" if status is not None else f"failed ({error})"
             logger.warning("%s: robots.txt %s; the host is not crawled", host.host, answer)
-        self.data.store_robots(
-            host.host, status, text, self.capped_crawl_delay(host.host, rules), blocked=blocked
-        )
+        delay = self.capped_crawl_delay(host.host, rules)
+        if not blocked:
+            # Before the rules are stored: no page of the host is fetched meanwhile, so
+            # these requests keep the host's politeness on their own.
+            self.read_sitemaps(host, rules, delay)
+        self.data.store_robots(host.host, status, text, delay, blocked=blocked)
+
+    # -- sitemaps ------------------------------------------------------------
+    def read_sitemaps(self, host: HostData, rules: RobotsRules, delay: float | None) -> None:
+        """Queue the site's sitemap URLs as level-1 pages (``crawl.sitemaps``).
+
+        Reads robots.txt's ``Sitemap:`` files and ``/sitemap.xml`` (indexes followed,
+        gzip and text files too), at most ``crawl.max_sitemap_files`` files and
+        ``crawl.max_sitemap_urls`` URLs. Each file is requested like a page: on the
+        site's own host only, allowed by robots.txt, past the own-request guard, one
+        at a time and the host's crawl delay apart. A stop ends the reading.
+        """
+        crawl = self.settings.crawl_for(host.host)
+        if not crawl.sitemaps:
+            return
+        wait = max(host.crawl_delay, delay or 0.0)
+        queue = deque(sitemap_seeds(rules.sitemaps, host.scheme, host.host))
+        seen: set[str] = set()
+        files = urls = 0
+        max_bytes = min(crawl.max_body_bytes, SITEMAP_MAX_BYTES)
+        while queue and files < crawl.max_sitemap_files and urls < crawl.max_sitemap_urls:
+            url = queue.popleft()
+            if url in seen:
+                continue
+            seen.add(url)
+            refused = link_scope(url, host.host) or own_request_block(url, self.named)
+            if refused is None and not rules.allowed(url):
+                refused = "robots"
+            if refused is not None:
+                logger.info("%s: sitemap %s not read (%s)", host.host, url, refused)
+                continue
+            if self.stopping.wait(wait):
+                return
+            files += 1
+            result = self.fetch(url, host.host, max_bytes=max_bytes)
+            if result.status is not None and 300 <= result.status < 400 and result.location:
+                target = resolve_link(url, result.location)
+                if target is not None:
+                    queue.appendleft(target)
+                continue
+            if result.status != 200:
+                logger.debug("%s: sitemap %s: %s", host.host, url, result.status or result.error)
+                continue
+            content = parse_sitemap(
+                result.body, max_urls=crawl.max_sitemap_urls - urls, max_bytes=max_bytes
+            )
+            if content.error:
+                logger.warning("%s: sitemap %s: %s", host.host, url, content.error)
+            # Never more waiting than may still be read: an index cannot grow memory.
+            room = crawl.max_sitemap_files - files - len(queue)
+            queue.extend(content.sitemaps[: max(0, room)])
+            urls += len(content.urls)
+            links, skipped = self.classify_sitemap_urls(host.host, content.urls, rules)
+            added = self.data.add_links(host.host, links, skipped, level=1, referer=url)
+            logger.info("%s: sitemap %s: %d URLs, %d new pages", host.host, url,
+                        len(content.urls), added)  # fmt: skip
+        if queue and (files >= crawl.max_sitemap_files or urls >= crawl.max_sitemap_urls):
+            logger.warning("%s: sitemaps cut at %d files and %d URLs (crawl.max_sitemap_files, "
+                           "crawl.max_sitemap_urls)", host.host, files, urls)  # fmt: skip
+
+    def classify_sitemap_urls(
+        self, host: str, urls: list[str], rules: RobotsRules
+    ) -> tuple[list[FoundLink], list[SkippedLink]]:
+        """A sitemap's URLs as level-1 links of ``host``, or skipped with a reason: the
+        same rules as a page's links, but another host is ``sitemap_outside``."""
+        crawl = self.settings.crawl_for(host)
+        scope_rules = self.scope_for(host)
+        links: list[FoundLink] = []
+        skipped: list[SkippedLink] = []
+        for url in urls:
+            normalized = normalize_url(url, crawl.normalize_options)
+            if link_scope(url, host) is not None or normalized is None:
+                skipped.append(SkippedLink(normalized or url[: crawl.max_url_length],
+                                           SkipReason.SITEMAP_OUTSIDE))  # fmt: skip
+                continue
+            if len(normalized) > crawl.max_url_length:
+                skipped.append(SkippedLink(normalized[: crawl.max_url_length],
+                                           SkipReason.TOO_LONG))  # fmt: skip
+                continue
+            reason = scope_skip(url, scope_rules)
+            if reason is None and not rules.allowed(url):
+                reason = SkipReason.ROBOTS
+            if reason is not None:
+                skipped.append(SkippedLink(normalized, reason))
+                continue
+            too_deep = SkipReason.DEPTH if crawl.max_depth < 1 else None
+            links.append(FoundLink(request_url(url), normalized, too_deep))
+        return links, skipped
 
     def capped_crawl_delay(self, host: str, rules: RobotsRules) -> float | None:
         """robots.txt's Crawl-delay in seconds, at most ``crawl.max_crawl_delay_ms``.
@@ -121,11 +238,7 @@ class DownloadingThread(CrawlerThread):
         if not rules.allowed(page.url):
             self.data.skip_page(page.id, SkipReason.ROBOTS)
             return
-        result = self.fetcher.download(
-            page.url,
-            referer=page.referer,
-            on_send=lambda: self.data.mark_request_sent(page.host),
-        )
+        result = self.fetch(page.url, page.host, referer=page.referer)
         # One line per fetch with -v: what came back, for which URL, how fast.
         logger.debug(
             "fetched %s %s %.0f ms", result.status or result.error, page.url, result.elapsed * 1000
@@ -161,8 +274,8 @@ class DownloadingThread(CrawlerThread):
         skip: SkipReason | None = SkipReason(scope) if scope is not None else None
         if skip is None and not rules.allowed(target):
             skip = SkipReason.ROBOTS
-        if skip is None and self.crawl.include and not any(t in target for t in self.crawl.include):
-            skip = SkipReason.INCLUDE
+        if skip is None:
+            skip = scope_skip(target, self.scope_for(page.host))
         if skip in (SkipReason.EXTERNAL, SkipReason.SUBDOMAIN) and page.id_from is None:
             logger.warning(
                 "%s: the start page %s redirects to %s, another host, which is not followed; "

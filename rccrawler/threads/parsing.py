@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.html import ParsedPage, parse_html
+from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.urls import link_scope, normalize_url, request_url
@@ -109,7 +110,7 @@ class ParsingThread(CrawlerThread):
         decisions = self._decisions.get(page.host)
         if decisions is None:
             decisions = self._decisions[page.host] = {}
-        too_deep = page.level + 1 > self.crawl.max_depth
+        too_deep = page.level + 1 > self.settings.crawl_for(page.host).max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         for url in parsed.links:
@@ -148,9 +149,9 @@ class ParsingThread(CrawlerThread):
         path, _, query = normalized.partition("?")
         if not self.query_variants.admit(host, path, query):
             return SkippedLink(normalized, SkipReason.TOO_MANY_QUERIES)
-        include = self.crawl.include
-        if include and not any(token in url for token in include):
-            return SkippedLink(normalized, SkipReason.INCLUDE)
+        out_of_scope = scope_skip(url, self.scope_for(host))
+        if out_of_scope is not None:
+            return SkippedLink(normalized, out_of_scope)
         if not self.robots_for(host).allowed(url):
             return SkippedLink(normalized, SkipReason.ROBOTS)
         return FoundLink(request_url(url), normalized)
