@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -303,16 +304,39 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
         print(f"rccrawler search: the task {manager_cls.__name__} has no search index "
               "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    bold = sys.stdout.isatty()
     for rank, hit in enumerate(hits, 1):
         if as_json:
             print(json.dumps(hit, ensure_ascii=False))
         else:
-            print(f"{rank}. {hit['title']}  ({hit['score']})\n   {hit['url']}")
-            if hit.get("summary"):
-                print(f"   {hit['summary']}")
+            print(
+                f"{rank}. {printable(hit['title'])}  ({hit['score']})\n   {printable(hit['url'])}"
+            )
+            text = hit.get("snippet") or hit.get("summary") or ""
+            if text:
+                print(f"   {marked(text, hit.get('marks', ()), bold=bold)}")
     if not hits and not as_json:
         print("no hits")
     return EXIT_OK
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Crawled text for a terminal: C0/C1 controls (ESC too) written as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def marked(text: str, marks: Sequence[Sequence[int]], *, bold: bool) -> str:
+    """``text`` made printable, the (start, end) spans in ANSI bold or in brackets."""
+    opening, closing = ("\x1b[1m", "\x1b[22m") if bold else ("[", "]")
+    parts, at = [], 0
+    for start, end in marks:
+        parts += [printable(text[at:start]), opening, printable(text[start:end]), closing]
+        at = end
+    parts.append(printable(text[at:]))
+    return "".join(parts)
 
 
 def words_command(config: str, prefix: str) -> int:

@@ -1,7 +1,20 @@
 """The inverted index of the search task, in the crawl's own SQLite database (SPEC §7).
 
 ``search_postings`` maps a keyword to the pages it occurs in with a weight (and
-its positions, for phrases); its ``page_id`` index maps a page to its keywords.
+its positions, for phrases and snippets); its ``page_id`` index maps a page to its
+keywords. ``search_docs`` keeps what a hit shows: URL, title, description, and the
+body text with a few word offsets, from which a query-biased snippet is cut.
+
+Storage, per table (what another backend has to keep):
+
+* ``search_docs(page_id, url, title, summary, body_start, length, text, anchors,
+  truncated)``: ``body_start`` is the position of the body's first word, ``length``
+  the body's word count, ``text`` the body text (cut at the word cap), ``anchors``
+  the character offset of every ``ANCHOR_EVERY``-th body word (varint deltas), and
+  ``truncated`` says what a cap cut ("" when nothing).
+* ``search_postings(term, page_id, weight, positions)``: ``positions`` is a BLOB of
+  varint-encoded deltas (:func:`encode_positions`).
+* ``search_words(word, page_id)``: indexed words as written, for wildcards.
 """
 
 from __future__ import annotations
@@ -11,15 +24,17 @@ import math
 import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from plugins.search.content import Content, extract_content, media_type
+from plugins.search.processing import WORD
 from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.exceptions import StateError
 from rccrawler.records import PageId
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from plugins.search.processing import TextProcessor
     from rccrawler.records import DownloadResult
@@ -39,14 +54,27 @@ FAIR_KEYWORDS = 12
 FIELD_GAP = 100
 """Positions skipped between two fields, so a phrase never spans a field boundary."""
 
+MAX_WORDS = 200_000
+"""Default cap on the words of one document that are indexed (``search.max_words``)."""
+
+MAX_POSITIONS = 1_000
+"""Default cap on the positions kept per term and document (``search.max_positions``):
+phrases and snippets look only at a term's first occurrences; its weight counts all."""
+
+ANCHOR_EVERY = 32
+"""One character offset is kept per this many body words, so a snippet finds the text
+of a position by scanning at most this many words."""
+
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_docs (
-    page_id INTEGER PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL
+    page_id INTEGER PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL,
+    body_start INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL,
+    anchors BLOB NOT NULL, truncated TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS search_postings (
-    term TEXT NOT NULL, page_id INTEGER NOT NULL, weight REAL NOT NULL, positions TEXT NOT NULL,
+    term TEXT NOT NULL, page_id INTEGER NOT NULL, weight REAL NOT NULL, positions BLOB NOT NULL,
     PRIMARY KEY (term, page_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS search_postings_page ON search_postings (page_id);
@@ -57,12 +85,57 @@ CREATE INDEX IF NOT EXISTS search_words_page ON search_words (page_id);
 """
 
 
+def encode_positions(positions: Sequence[int]) -> bytes:
+    """Ascending positions as LEB128 varints of their deltas (most fit one byte)."""
+    out = bytearray()
+    last = 0
+    for position in positions:
+        delta = position - last
+        last = position
+        while delta >= 0x80:
+            out.append((delta & 0x7F) | 0x80)
+            delta >>= 7
+        out.append(delta)
+    return bytes(out)
+
+
+def decode_positions(data: bytes) -> list[int]:
+    """The inverse of :func:`encode_positions`."""
+    positions: list[int] = []
+    value = shift = last = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+            continue
+        last += value
+        positions.append(last)
+        value = shift = 0
+    return positions
+
+
 @dataclass(frozen=True, slots=True)
 class Posting:
-    """One keyword in one document."""
+    """One keyword in one document; positions stay encoded until a phrase asks."""
 
     weight: float
-    positions: tuple[int, ...]
+    encoded: bytes = b""
+
+    @property
+    def positions(self) -> list[int]:
+        return decode_positions(self.encoded)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredText:
+    """What a snippet is cut from: the body text and where its words are."""
+
+    summary: str
+    """Meta description (or the text's opening): the snippet when nothing matched."""
+    text: str
+    body_start: int
+    anchors: bytes
+    """Varint deltas: the character offset of every ANCHOR_EVERY-th body word."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +148,15 @@ class IndexedDocument:
     postings: dict[str, Posting] = field(default_factory=dict)
     words: frozenset[str] = frozenset()
     """Indexed words as written (lowercase), for wildcards and ``rccrawler words``."""
+    text: str = ""
+    """Body text, cut at the word cap, for snippets."""
+    body_start: int = 0
+    """Position of the first body word."""
+    length: int = 0
+    """Words in the body (stopwords included): field-length normalization."""
+    anchors: bytes = b""
+    truncated: str = ""
+    """What a cap cut, e.g. "words 250000>200000" ("" when nothing)."""
 
 
 def keyword_factor(keywords: list[str]) -> float:
@@ -86,16 +168,34 @@ def keyword_factor(keywords: list[str]) -> float:
     return factor * len(set(keywords)) / len(keywords)
 
 
-def build_document(content: Content, processor: TextProcessor) -> IndexedDocument:
+def _lowered(text: str) -> str:
+    """``text`` lowercased, with the same length so offsets carry over ("İ" lowercases
+    to two characters: such a rare text keeps its case, and WORD still finds its words)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text
+
+
+def build_document(
+    content: Content,
+    processor: TextProcessor,
+    *,
+    max_words: int = MAX_WORDS,
+    max_positions: int = MAX_POSITIONS,
+) -> IndexedDocument:
     """Weigh a document's terms by frequency and location.
 
     Each field adds ``location weight × (1 + ln(count in field))`` to a term, so a
-    repeated word counts, but less and less.
+    repeated word counts, but less and less. Each field is tokenized once; a position
+    counts every word (stopwords too), so a phrase matches words as they stand.
+
+    Args:
+        max_words: words indexed at most, over all fields (the rest is cut).
+        max_positions: positions kept per term.
     """
-    keyword_terms = processor.terms(content.keywords)
+    keyword_list = [t for t in map(processor.term, WORD.findall(content.keywords.lower())) if t]
     fields = (
         (content.title, TITLE_WEIGHT),
-        (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keyword_terms)),
+        (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keyword_list)),
         (" ".join(content.headings), HEADINGS_WEIGHT),
         (content.summary if content.summary not in content.text else "", SUMMARY_WEIGHT),
         (content.text, BODY_WEIGHT),
@@ -103,24 +203,65 @@ def build_document(content: Content, processor: TextProcessor) -> IndexedDocumen
     weights: dict[str, float] = defaultdict(float)
     positions: dict[str, list[int]] = defaultdict(list)
     written: set[str] = set()
+    term = processor.term
+    budget = max_words
+    total_words = 0
     start = 0
+    found: list[str] = []
     for text, location_weight in fields:
-        terms = processor.terms(text)
+        found = WORD.findall(_lowered(text))
+        total_words += len(found)
+        if len(found) > budget:
+            found = found[:budget]
+        budget -= len(found)
         counts: dict[str, int] = defaultdict(int)
-        for offset, term in enumerate(terms):
-            counts[term] += 1
-            positions[term].append(start + offset)
-        for term, count in counts.items():
-            weights[term] += location_weight * (1.0 + math.log(count))
-        written.update(processor.indexed_words(text))
-        start += len(terms) + FIELD_GAP
+        for offset, (word, key) in enumerate(zip(found, map(term, found), strict=True)):
+            if key is None:
+                continue
+            counts[key] += 1
+            positions[key].append(start + offset)
+            written.add(word)
+        for key, count in counts.items():
+            weights[key] += location_weight * (1.0 + math.log(count))
+        start += len(found) + FIELD_GAP
+    body_start = start - len(found) - FIELD_GAP
+    # The body is the last field: its words and their offsets for snippets.
+    lowered = _lowered(content.text)
+    offsets = [m.start() for m in islice(WORD.finditer(lowered), 0, len(found), ANCHOR_EVERY)]
+    text = content.text
+    cut = []
+    if total_words > max_words:
+        cut.append(f"words {total_words}>{max_words}")
+        end = _end_of_word(lowered, offsets, len(found))
+        text = text[:end]
+    crowded = [t for t, p in positions.items() if len(p) > max_positions]
+    if crowded:
+        cut.append(f"positions of {len(crowded)} terms>{max_positions}")
     return IndexedDocument(
         url=content.url,
         title=content.title,
         summary=content.summary,
-        postings={t: Posting(w, tuple(positions[t])) for t, w in weights.items()},
+        postings={
+            t: Posting(w, encode_positions(positions[t][:max_positions]))
+            for t, w in weights.items()
+        },
         words=frozenset(written),
+        text=text,
+        body_start=body_start,
+        length=len(found),
+        anchors=encode_positions(offsets),
+        truncated="; ".join(cut),
     )
+
+
+def _end_of_word(lowered: str, offsets: list[int], count: int) -> int:
+    """Character offset just after the ``count``-th word of the text."""
+    if count == 0:
+        return 0
+    index = (count - 1) // ANCHOR_EVERY
+    matches = islice(WORD.finditer(lowered, offsets[index]), (count - 1) % ANCHOR_EVERY, None)
+    last = next(matches, None)
+    return last.end() if last is not None else len(lowered)
 
 
 class SearchDataManager(SQLiteDataManager):
@@ -134,6 +275,9 @@ class SearchDataManager(SQLiteDataManager):
     processor: TextProcessor | None = None
     """Set by the SearchManager; without it non-HTML answers are not indexed."""
 
+    caps: dict[str, int] = {}
+    """``max_words``/``max_positions`` for build_document, set by the SearchManager."""
+
     def open(self) -> None:
         super().open()
         if not self.read_only:
@@ -146,16 +290,16 @@ class SearchDataManager(SQLiteDataManager):
         with self._atomic() as db:
             self._delete_document(db, page_id)
             db.execute(
-                "INSERT INTO search_docs (page_id, url, title, summary) VALUES (?, ?, ?, ?)",
-                (page_id, document.url, document.title, document.summary),
-            )
+                "INSERT INTO search_docs (page_id, url, title, summary, body_start, length, "
+                "text, anchors, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (page_id, document.url, document.title, document.summary, document.body_start,
+                 document.length, document.text, document.anchors, document.truncated),
+            )  # fmt: skip
+            # One batch per document: every posting in a single executemany.
             db.executemany(
                 "INSERT INTO search_postings (term, page_id, weight, positions) "
                 "VALUES (?, ?, ?, ?)",
-                [
-                    (term, page_id, p.weight, " ".join(map(str, p.positions)))
-                    for term, p in document.postings.items()
-                ],
+                [(term, page_id, p.weight, p.encoded) for term, p in document.postings.items()],
             )
             db.executemany(
                 "INSERT INTO search_words (word, page_id) VALUES (?, ?)",
@@ -176,7 +320,7 @@ class SearchDataManager(SQLiteDataManager):
             url = self._load_page(page_id).normalized_url
         # The filter and the weighing run outside the lock, like a parser's.
         content = extract_content(url, result.body, result.content_type)
-        self.store_document(page_id, build_document(content, self.processor))
+        self.store_document(page_id, build_document(content, self.processor, **self.caps))
 
     # -- reading -----------------------------------------------------------
     def _read(self, sql: str, args: Iterable[object] = ()) -> list[Any]:
@@ -186,6 +330,11 @@ class SearchDataManager(SQLiteDataManager):
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):
                     raise StateError(f"{self.path} holds no search index") from exc
+                if "no such column" in str(exc):
+                    raise StateError(
+                        f"{self.path} holds a search index of an older format: "
+                        "crawl again with --fresh"
+                    ) from exc
                 raise
 
     def document_count(self) -> int:
@@ -200,7 +349,7 @@ class SearchDataManager(SQLiteDataManager):
             "SELECT page_id, weight, positions FROM search_postings WHERE term = ?", (term,)
         )
         return {
-            PageId(int(page)): Posting(float(weight), _positions(positions))
+            PageId(int(page)): Posting(float(weight), bytes(positions))
             for page, weight, positions in rows
         }
 
@@ -229,21 +378,28 @@ class SearchDataManager(SQLiteDataManager):
         )
         return [(word, int(count)) for word, count in rows]
 
-    def documents(self, page_ids: Iterable[PageId]) -> dict[PageId, tuple[str, str, str]]:
-        """page id → (url, title, summary)."""
+    def _by_ids(self, columns: str, page_ids: Iterable[PageId]) -> list[Any]:
         ids = list(page_ids)
-        found: dict[PageId, tuple[str, str, str]] = {}
+        rows: list[Any] = []
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            rows = self._read(
-                f"SELECT page_id, url, title, summary FROM search_docs WHERE page_id IN ({marks})",
-                chunk,
+            rows += self._read(
+                f"SELECT page_id, {columns} FROM search_docs WHERE page_id IN ({marks})", chunk
             )
-            for page, url, title, summary in rows:
-                found[PageId(int(page))] = (url, title, summary)
-        return found
+        return rows
 
+    def documents(self, page_ids: Iterable[PageId]) -> dict[PageId, tuple[str, str, str]]:
+        """page id → (url, title, summary)."""
+        rows = self._by_ids("url, title, summary", page_ids)
+        return {PageId(int(page)): (url, title, summary) for page, url, title, summary in rows}
 
-def _positions(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split())
+    def stored_texts(self, page_ids: Iterable[PageId]) -> dict[PageId, StoredText]:
+        """page id → what its snippet is cut from (read for the hits shown only)."""
+        rows = self._by_ids("summary, text, body_start, anchors", page_ids)
+        return {
+            PageId(int(page)): StoredText(
+                summary=summary, text=text, body_start=int(body_start), anchors=bytes(anchors)
+            )
+            for page, summary, text, body_start, anchors in rows
+        }

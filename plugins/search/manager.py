@@ -6,12 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import snowballstemmer  # type: ignore[import-untyped]
-
-from plugins.search.index import SearchDataManager
+from plugins.search.index import MAX_POSITIONS, MAX_WORDS, SearchDataManager
 from plugins.search.processing import (
     DEFAULT_LANGUAGE,
     TextProcessor,
+    languages,
     load_stopwords,
     load_synonyms,
 )
@@ -30,9 +29,12 @@ if TYPE_CHECKING:
     from rccrawler.data.sqlite import SQLiteDataManager
     from rccrawler.threads.parsing import ParsingThread
 
-SEARCH_KEYS = ("stopwords", "synonyms", "language")
-"""Keys of the ``search:`` section: word-list files (relative to settings.yaml) and
-the Snowball language."""
+SEARCH_KEYS = ("stopwords", "synonyms", "language", "max_words", "max_positions")
+"""Keys of the ``search:`` section: word-list files (relative to settings.yaml), the
+Snowball language, and the caps on words indexed per document and positions kept per
+term and document."""
+
+CAP_DEFAULTS = {"max_words": MAX_WORDS, "max_positions": MAX_POSITIONS}
 
 
 def _section(settings: Settings) -> Mapping[str, Any]:
@@ -60,7 +62,7 @@ def text_processor(settings: Settings) -> TextProcessor:
     """The content processor that the ``search:`` section describes."""
     section = _section(settings)
     language = section.get("language", DEFAULT_LANGUAGE)
-    if language not in snowballstemmer.algorithms():
+    if language not in languages():
         raise ConfigError("search.language", f"no Snowball stemmer for {language!r}")
     try:
         stopwords = load_stopwords(_list_path(settings, "stopwords"))
@@ -68,6 +70,17 @@ def text_processor(settings: Settings) -> TextProcessor:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("search", f"cannot read a word list ({exc})") from exc
     return TextProcessor(stopwords, synonyms, language)
+
+
+def index_caps(settings: Settings) -> dict[str, int]:
+    """``max_words`` and ``max_positions`` of the ``search:`` section (or their defaults)."""
+    caps = {}
+    for key, default in CAP_DEFAULTS.items():
+        value = _section(settings).get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**8:
+            raise ConfigError(f"search.{key}", "must be a whole number from 1 to 100000000")
+        caps[key] = value
+    return caps
 
 
 class SearchManager(WebGraphManager):
@@ -85,11 +98,13 @@ class SearchManager(WebGraphManager):
             if key not in SEARCH_KEYS:
                 raise ConfigError(f"search.{key}", f"unknown key (known: {', '.join(SEARCH_KEYS)})")
         text_processor(settings)
+        index_caps(settings)
 
     def create_data_manager(self) -> DataManager:
         data = super().create_data_manager()
         if isinstance(data, SearchDataManager):
             data.processor = text_processor(self.settings)
+            data.caps = index_caps(self.settings)
         return data
 
     @classmethod
@@ -119,17 +134,10 @@ class SearchManager(WebGraphManager):
 
     @classmethod
     def serve(cls, settings: Settings, host: str, port: int) -> bool:
-        from plugins.search.web import SearchHTTPServer
+        from plugins.search.web import serve
 
         with cls.open_index(settings) as data:
-            server = SearchHTTPServer((host, port), data, text_processor(settings))
-            print(
-                f"search page on http://{host}:{server.server_port}/ (Ctrl-C ends it)", flush=True
-            )
-            try:
-                server.serve_forever()
-            finally:
-                server.server_close()
+            serve(data, text_processor(settings), host, port)
         return True
 
     @classmethod

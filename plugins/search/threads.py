@@ -31,5 +31,7 @@ class IndexingParsingThread(ParsingThread):
         if "noindex" in parsed.meta_robots:
             return
         # The weighing is the slow part: it runs here, outside the DataManager's lock.
-        document = build_document(html_content(page.normalized_url, parsed), self.processor)
+        document = build_document(
+            html_content(page.normalized_url, parsed), self.processor, **self.data.caps
+        )
         self.data.store_document(page.id, document)
