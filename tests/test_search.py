@@ -289,3 +289,50 @@ def test_cli_serve_answers_and_other_tasks_refuse(indexed, tmp_path):
     webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(tmp_path)}))
     done = _cli("serve", "--config", str(webgraph), "--port", "0")
     assert done.returncode == 2 and "has no search page" in done.stderr
+
+
+# -- the index's storage -----------------------------------------------------------
+
+
+def test_positions_round_trip_as_varint_deltas():
+    from plugins.search.index import decode_positions, encode_positions
+
+    for positions in ([], [0], [5, 6, 7], [3, 200, 201, 70_000, 70_001, 2**31]):
+        encoded = encode_positions(positions)
+        assert decode_positions(encoded) == positions
+    assert len(encode_positions(list(range(0, 1000, 3)))) == 1000 // 3 + 1  # a byte each
+
+
+def test_pending_postings_are_merged_in_batches_and_after_a_kill(tmp_path):
+    """Postings wait in search_pending (committed with their document) and are merged
+    every MERGE_EVERY documents, at close, and at the next open after a kill."""
+    from plugins.search.index import MERGE_EVERY, SearchDataManager
+    from plugins.search.query import QueryEvaluator
+    from rccrawler.records import PageId
+
+    processor = TextProcessor.default()
+    path = tmp_path / "state.sqlite"
+    writer = SearchDataManager(path)
+    writer.open()
+    count = MERGE_EVERY + 3
+    for n in range(1, count + 1):
+        content = extract_content(
+            f"http://x.test/{n}.html", f"<title>Zebra {n}</title><p>stripes</p>".encode(),
+            "text/html",
+        )  # fmt: skip
+        writer.store_document(PageId(n), build_document(content, processor))
+    reader = SearchDataManager(path, read_only=True)
+    reader.open()
+    # The first batch is searchable; the last three documents are counted but pending.
+    assert reader.document_count() == count
+    assert len(reader.postings("zebra")) == MERGE_EVERY
+    assert QueryEvaluator(reader, processor).results("zebra", limit=1).total == MERGE_EVERY
+    # A kill: the writer never closes. The next opening merges what was pending.
+    writer.db.close()
+    again = SearchDataManager(path)
+    again.open()
+    again.close()
+    assert len(reader.postings("zebra")) == count
+    assert reader.word_counts("zeb") == [("zebra", count)]
+    assert set(reader.page_terms(PageId(1))) == {"zebra", "stripe"}
+    reader.close()

@@ -8,13 +8,22 @@ body text with a few word offsets, from which a query-biased snippet is cut.
 Storage, per table (what another backend has to keep):
 
 * ``search_docs(page_id, url, title, summary, body_start, length, text, anchors,
-  truncated)``: ``body_start`` is the position of the body's first word, ``length``
-  the body's word count, ``text`` the body text (cut at the word cap), ``anchors``
-  the character offset of every ``ANCHOR_EVERY``-th body word (varint deltas), and
-  ``truncated`` says what a cap cut ("" when nothing).
-* ``search_postings(term, page_id, weight, positions)``: ``positions`` is a BLOB of
-  varint-encoded deltas (:func:`encode_positions`).
-* ``search_words(word, page_id)``: indexed words as written, for wildcards.
+  truncated, terms)``: ``body_start`` is the position of the body's first word,
+  ``length`` the body's word count, ``text`` the body text (cut at the word cap),
+  ``anchors`` the character offset of every ``ANCHOR_EVERY``-th body word (varint
+  deltas), ``truncated`` says what a cap cut ("" when nothing), and ``terms`` lists
+  the page's terms, one to a line: URL → keywords, without a second index on the
+  postings (which would double the cost of writing them).
+* ``search_postings(term, page_id, weight, positions)``, keyed by (term, page_id):
+  ``positions`` is a BLOB of varint-encoded deltas (:func:`encode_positions`).
+* ``search_words(word, term)``: the vocabulary, each indexed word as written with its
+  term, for wildcards (a word's pages are its term's) and ``rccrawler words``.
+* ``search_pending(page_id, …)``: a stored document's postings and words, packed in
+  one row (:func:`pack_postings`) in the same transaction as its ``search_docs`` row.
+  Every ``MERGE_EVERY`` documents (and at open and close) the pending rows are merged
+  into ``search_postings`` and ``search_words`` in one transaction, sorted by term: a
+  batch touches each B-tree page once instead of once per document. Until then those
+  documents are counted but not found.
 """
 
 from __future__ import annotations
@@ -22,9 +31,10 @@ from __future__ import annotations
 import logging
 import math
 import sqlite3
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Any
 
 from plugins.search.content import Content, extract_content, media_type
@@ -65,28 +75,36 @@ ANCHOR_EVERY = 32
 """One character offset is kept per this many body words, so a snippet finds the text
 of a position by scanning at most this many words."""
 
+MERGE_EVERY = 64
+"""Documents whose postings wait in ``search_pending`` before a batch merge."""
+
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_docs (
     page_id INTEGER PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL,
     body_start INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL,
-    anchors BLOB NOT NULL, truncated TEXT NOT NULL
+    anchors BLOB NOT NULL, truncated TEXT NOT NULL, terms TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS search_pending (
+    page_id INTEGER PRIMARY KEY, terms TEXT NOT NULL, weights BLOB NOT NULL,
+    sizes BLOB NOT NULL, positions BLOB NOT NULL, words TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS search_postings (
     term TEXT NOT NULL, page_id INTEGER NOT NULL, weight REAL NOT NULL, positions BLOB NOT NULL,
     PRIMARY KEY (term, page_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS search_postings_page ON search_postings (page_id);
 CREATE TABLE IF NOT EXISTS search_words (
-    word TEXT NOT NULL, page_id INTEGER NOT NULL, PRIMARY KEY (word, page_id)
+    word TEXT PRIMARY KEY, term TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS search_words_page ON search_words (page_id);
 """
 
 
 def encode_positions(positions: Sequence[int]) -> bytes:
     """Ascending positions as LEB128 varints of their deltas (most fit one byte)."""
+    deltas = [b - a for a, b in zip((0, *positions), positions, strict=False)]
+    if not deltas or max(deltas) < 0x80:
+        return bytes(deltas)  # the usual case: every delta fits one byte
     out = bytearray()
     last = 0
     for position in positions:
@@ -101,6 +119,8 @@ def encode_positions(positions: Sequence[int]) -> bytes:
 
 def decode_positions(data: bytes) -> list[int]:
     """The inverse of :func:`encode_positions`."""
+    if not data or max(data) < 0x80:
+        return list(accumulate(data))
     positions: list[int] = []
     value = shift = last = 0
     for byte in data:
@@ -146,8 +166,9 @@ class IndexedDocument:
     title: str
     summary: str
     postings: dict[str, Posting] = field(default_factory=dict)
-    words: frozenset[str] = frozenset()
-    """Indexed words as written (lowercase), for wildcards and ``rccrawler words``."""
+    words: dict[str, str] = field(default_factory=dict)
+    """Indexed words as written (lowercase) → their terms, for wildcards and
+    ``rccrawler words``."""
     text: str = ""
     """Body text, cut at the word cap, for snippets."""
     body_start: int = 0
@@ -192,7 +213,7 @@ def build_document(
         max_words: words indexed at most, over all fields (the rest is cut).
         max_positions: positions kept per term.
     """
-    keyword_list = [t for t in map(processor.term, WORD.findall(content.keywords.lower())) if t]
+    keyword_list = [t for t in map(processor.lookup, WORD.findall(content.keywords.lower())) if t]
     fields = (
         (content.title, TITLE_WEIGHT),
         (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keyword_list)),
@@ -202,8 +223,8 @@ def build_document(
     )
     weights: dict[str, float] = defaultdict(float)
     positions: dict[str, list[int]] = defaultdict(list)
-    written: set[str] = set()
-    term = processor.term
+    distinct: set[str] = set()
+    lookup = processor.lookup
     budget = max_words
     total_words = 0
     start = 0
@@ -214,13 +235,12 @@ def build_document(
         if len(found) > budget:
             found = found[:budget]
         budget -= len(found)
+        distinct.update(found)
         counts: dict[str, int] = defaultdict(int)
-        for offset, (word, key) in enumerate(zip(found, map(term, found), strict=True)):
-            if key is None:
-                continue
-            counts[key] += 1
-            positions[key].append(start + offset)
-            written.add(word)
+        for offset, key in enumerate(map(lookup, found), start):
+            if key:
+                counts[key] += 1
+                positions[key].append(offset)
         for key, count in counts.items():
             weights[key] += location_weight * (1.0 + math.log(count))
         start += len(found) + FIELD_GAP
@@ -245,7 +265,7 @@ def build_document(
             t: Posting(w, encode_positions(positions[t][:max_positions]))
             for t, w in weights.items()
         },
-        words=frozenset(written),
+        words={word: key for word in distinct if (key := lookup(word))},
         text=text,
         body_start=body_start,
         length=len(found),
@@ -264,6 +284,40 @@ def _end_of_word(lowered: str, offsets: list[int], count: int) -> int:
     return last.end() if last is not None else len(lowered)
 
 
+PackedPostings = tuple[str, bytes, bytes, bytes, str]
+"""(terms, weights, sizes, positions, words): one document's postings in one row."""
+
+
+def pack_postings(document: IndexedDocument) -> PackedPostings:
+    """A document's postings and words as five flat columns (terms and words are
+    letter runs, so a newline or a tab never occurs in them)."""
+    terms = list(document.postings)
+    postings = list(document.postings.values())
+    return (
+        "\n".join(terms),
+        array("d", (p.weight for p in postings)).tobytes(),
+        array("I", (len(p.encoded) for p in postings)).tobytes(),
+        b"".join(p.encoded for p in postings),
+        "\n".join(f"{word}\t{term}" for word, term in document.words.items()),
+    )
+
+
+def unpack_postings(
+    page_id: int, packed: PackedPostings
+) -> tuple[list[tuple[str, int, float, bytes]], list[tuple[str, str]]]:
+    """(postings rows, vocabulary rows) of one packed document."""
+    terms, weights, sizes, blob, words = packed
+    rows = []
+    if terms:
+        at = 0
+        for term, weight, size in zip(terms.split("\n"), array("d", weights),
+                                      array("I", sizes), strict=True):  # fmt: skip
+            rows.append((term, page_id, weight, blob[at : at + size]))
+            at += size
+    vocabulary = [(w, t) for w, _tab, t in (line.partition("\t") for line in words.split("\n"))]
+    return rows, vocabulary if words else []
+
+
 class SearchDataManager(SQLiteDataManager):
     """The SQLite DataManager plus the inverted index tables, in the same database.
 
@@ -278,37 +332,81 @@ class SearchDataManager(SQLiteDataManager):
     caps: dict[str, int] = {}
     """``max_words``/``max_positions`` for build_document, set by the SearchManager."""
 
+    _pending = 0
+
     def open(self) -> None:
         super().open()
         if not self.read_only:
             with self._lock:
                 self.db.executescript(_SCHEMA)
+            with self._atomic() as db:
+                self._merge(db)  # what a killed crawl left pending
+
+    def close(self) -> None:
+        if not self.read_only and self._db is not None:
+            with self._atomic() as db:
+                self._merge(db)
+        super().close()
 
     # -- writing -----------------------------------------------------------
     def store_document(self, page_id: PageId, document: IndexedDocument) -> None:
-        """Put one document in the index, replacing what a former parse stored."""
+        """Put one document in the index, replacing what a former parse stored.
+
+        Its postings wait in ``search_pending`` (one row, same transaction) and are
+        merged into ``search_postings`` with the next batch.
+        """
+        packed = pack_postings(document)  # before the lock: it is CPU work
         with self._atomic() as db:
             self._delete_document(db, page_id)
             db.execute(
                 "INSERT INTO search_docs (page_id, url, title, summary, body_start, length, "
-                "text, anchors, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "text, anchors, truncated, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (page_id, document.url, document.title, document.summary, document.body_start,
-                 document.length, document.text, document.anchors, document.truncated),
+                 document.length, document.text, document.anchors, document.truncated,
+                 packed[0]),
             )  # fmt: skip
-            # One batch per document: every posting in a single executemany.
-            db.executemany(
-                "INSERT INTO search_postings (term, page_id, weight, positions) "
-                "VALUES (?, ?, ?, ?)",
-                [(term, page_id, p.weight, p.encoded) for term, p in document.postings.items()],
+            db.execute(
+                "INSERT INTO search_pending (page_id, terms, weights, sizes, positions, words) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (page_id, *packed),
             )
-            db.executemany(
-                "INSERT INTO search_words (word, page_id) VALUES (?, ?)",
-                [(word, page_id) for word in sorted(document.words)],
-            )
+            self._pending += 1
+            if self._pending >= MERGE_EVERY:
+                self._merge(db)
+
+    def _merge(self, db: sqlite3.Connection) -> None:
+        """Move every pending document's postings and words into the index, sorted by
+        term, in the caller's transaction."""
+        rows = db.execute(
+            "SELECT page_id, terms, weights, sizes, positions, words FROM search_pending"
+        ).fetchall()
+        postings: list[tuple[str, int, float, bytes]] = []
+        vocabulary: set[tuple[str, str]] = set()
+        for page_id, *packed in rows:
+            found, words = unpack_postings(page_id, tuple(packed))
+            postings += found
+            vocabulary.update(words)
+        postings.sort()
+        db.executemany(
+            "INSERT INTO search_postings (term, page_id, weight, positions) VALUES (?, ?, ?, ?)",
+            postings,
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO search_words (word, term) VALUES (?, ?)", sorted(vocabulary)
+        )
+        db.execute("DELETE FROM search_pending")
+        self._pending = 0
 
     @staticmethod
     def _delete_document(db: sqlite3.Connection, page_id: PageId) -> None:
-        for table in ("search_docs", "search_postings", "search_words"):
+        row = db.execute("SELECT terms FROM search_docs WHERE page_id = ?", (page_id,)).fetchone()
+        if row is None:
+            return
+        db.executemany(
+            "DELETE FROM search_postings WHERE term = ? AND page_id = ?",
+            [(term, page_id) for term in row[0].split("\n") if term],
+        )
+        for table in ("search_docs", "search_pending"):
             db.execute(f"DELETE FROM {table} WHERE page_id = ?", (page_id,))
 
     def store_download(self, page_id: PageId, result: DownloadResult, content_hash: str) -> None:
@@ -355,13 +453,23 @@ class SearchDataManager(SQLiteDataManager):
 
     def page_terms(self, page_id: PageId) -> dict[str, float]:
         """URL → keywords with weights."""
-        rows = self._read("SELECT term, weight FROM search_postings WHERE page_id = ?", (page_id,))
-        return {term: float(weight) for term, weight in rows}
+        rows = self._read("SELECT terms FROM search_docs WHERE page_id = ?", (page_id,))
+        found: dict[str, float] = {}
+        for term in rows[0][0].split("\n") if rows else ():
+            weight = self._read(
+                "SELECT weight FROM search_postings WHERE term = ? AND page_id = ?",
+                (term, page_id),
+            )
+            if weight:
+                found[term] = float(weight[0][0])
+        return found
 
     def pages_with_word_prefix(self, prefix: str) -> dict[str, set[PageId]]:
-        """Indexed words starting with ``prefix`` → pages holding them."""
+        """Indexed words starting with ``prefix`` → pages holding them (or another
+        word of the same term: a wildcard finds every form of the words it matches)."""
         rows = self._read(
-            "SELECT word, page_id FROM search_words WHERE word >= ? AND word < ?",
+            "SELECT w.word, p.page_id FROM search_words w JOIN search_postings p "
+            "ON p.term = w.term WHERE w.word >= ? AND w.word < ?",
             (prefix, prefix + "\U0010ffff"),
         )
         found: dict[str, set[PageId]] = defaultdict(set)
@@ -372,8 +480,8 @@ class SearchDataManager(SQLiteDataManager):
     def word_counts(self, prefix: str = "") -> list[tuple[str, int]]:
         """Indexed words (starting with ``prefix``) and how many documents hold each."""
         rows = self._read(
-            "SELECT word, COUNT(*) FROM search_words WHERE word >= ? AND word < ? "
-            "GROUP BY word ORDER BY word",
+            "SELECT w.word, COUNT(*) FROM search_words w JOIN search_postings p "
+            "ON p.term = w.term WHERE w.word >= ? AND w.word < ? GROUP BY w.word ORDER BY w.word",
             (prefix, prefix + "\U0010ffff"),
         )
         return [(word, int(count)) for word, count in rows]

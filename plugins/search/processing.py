@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import Stemmer  # type: ignore[import-not-found]
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 WORD = re.compile(r"[^\W\d_]+")
 """A word is a run of letters: digits, underscores and punctuation split words."""
@@ -68,6 +68,21 @@ def load_synonyms(path: Path | None = None) -> dict[str, str]:
     return mapping
 
 
+class _TermCache(dict[str, str]):
+    """word → term ("" for a stopword), computed on the first lookup of a word."""
+
+    def __init__(self, compute: Callable[[str], str | None]) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, word: str) -> str:
+        found = self.compute(word) or ""
+        if len(self) >= TERM_CACHE_SIZE:
+            self.clear()
+        self[word] = found
+        return found
+
+
 class TextProcessor:
     """Turns text into index terms: words, minus stopwords, synonyms mapped, stemmed.
 
@@ -94,7 +109,10 @@ class TextProcessor:
         self.synonyms = dict(synonyms or {})
         self.language = language
         self._local = threading.local()
-        self._cache: dict[str, str | None] = {}
+        self._cache = _TermCache(self._term)
+        self.lookup: Callable[[str], str] = self._cache.__getitem__
+        """Like :meth:`term` but "" for a stopword, and without a Python frame per call
+        (for the hot loops: ``map(processor.lookup, words)``)."""
         # Synonyms apply to a word as written, else to its stem ("automobiles" → "car").
         self._stem_synonyms = {self.stem(k): self.stem(v) for k, v in self.synonyms.items()}
 
@@ -112,15 +130,7 @@ class TextProcessor:
 
     def term(self, word: str) -> str | None:
         """The index term of one lowercase word, or None for a stopword."""
-        try:
-            return self._cache[word]
-        except KeyError:
-            pass
-        found = self._term(word)
-        if len(self._cache) >= TERM_CACHE_SIZE:
-            self._cache = {}
-        self._cache[word] = found
-        return found
+        return self._cache[word] or None
 
     def _term(self, word: str) -> str | None:
         if word in self.stopwords:
@@ -141,8 +151,7 @@ class TextProcessor:
         found = words(text)
         if limit is not None and len(found) > limit:
             found = found[:limit]
-        term = self.term
-        return [(w, t) for w, t in zip(found, map(term, found), strict=True) if t is not None]
+        return [(w, t) for w, t in zip(found, map(self.lookup, found), strict=True) if t]
 
     def terms(self, text: str) -> list[str]:
         """The index terms of a text, in order (stopwords left out)."""

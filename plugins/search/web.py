@@ -252,6 +252,9 @@ def serve(data: SearchDataManager, processor: TextProcessor, host: str, port: in
     DNS-rebinding page cannot send.
     """
     allowed = LOOPBACK_NAMES if is_loopback(host) else None
+    # Requests queued behind busy threads are expected under load (the query slots are
+    # the limit): waitress would log a warning for each.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     server = make_server(create_app(data, processor, allowed_hosts=allowed), host, port)
     shown = f"[{host}]" if ":" in host else host
     print(f"search page on http://{shown}:{server.effective_port}/ (Ctrl-C ends it)", flush=True)
