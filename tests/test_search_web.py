@@ -157,6 +157,15 @@ def test_malformed_query_is_a_message_in_the_page(base):
     assert status == 200 and b'class="error"' in body and b"needs a word" not in body[:0]
 
 
+def test_app_for_a_settings_file_serves_under_any_wsgi_server(settings):
+    app = web.app_for(settings.source, allowed_hosts=["Search.Example.org"])
+    with running(app) as server:
+        base = f"http://127.0.0.1:{server.effective_port}"
+        status, _headers, body = get(base, "/api/search?q=orchard", {"Host": "search.example.org"})
+        assert status == 200 and json.loads(body)["hits"][0]["title"] == "Cherry tart"
+        assert get(base, "/api/search?q=orchard")[0] == 400  # Host 127.0.0.1 is not named
+
+
 def test_concurrent_query_limit_answers_503(settings, monkeypatch):
     monkeypatch.setattr(web, "QUEUE_WAIT_S", 0.0)
     with SearchManager.open_index(settings) as data:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -21,7 +22,6 @@ from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.manager import STATE_FILE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from contextlib import AbstractContextManager
 
     from rccrawler.config import Settings
@@ -108,23 +108,20 @@ class SearchManager(WebGraphManager):
         return data
 
     @classmethod
+    def load_index(cls, settings: Settings) -> SearchDataManager:
+        """The saved index, opened read-only (a running crawl may go on writing it);
+        the caller closes it."""
+        path = settings.state_dir / STATE_FILE
+        if not path.exists():
+            raise StateError(f"no saved crawl in {settings.state_dir}: run the crawl first")
+        data = SearchDataManager(path, read_only=True)
+        data.open()
+        return data
+
+    @classmethod
     def open_index(cls, settings: Settings) -> AbstractContextManager[SearchDataManager]:
-        """The saved index, read-only (a running crawl may go on writing it)."""
-        from contextlib import contextmanager
-
-        @contextmanager
-        def opened() -> Iterator[SearchDataManager]:
-            path = settings.state_dir / STATE_FILE
-            if not path.exists():
-                raise StateError(f"no saved crawl in {settings.state_dir}: run the crawl first")
-            data = SearchDataManager(path, read_only=True)
-            data.open()
-            try:
-                yield data
-            finally:
-                data.close()
-
-        return opened()
+        """:meth:`load_index` as a context manager that closes it."""
+        return closing(cls.load_index(settings))
 
     @classmethod
     def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:

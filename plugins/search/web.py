@@ -23,7 +23,8 @@ from plugins.search.query import QueryError, QueryEvaluator
 from rccrawler.exceptions import RCCrawlerError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
 
     from flask.typing import ResponseReturnValue
     from werkzeug.wrappers import Response
@@ -236,6 +237,21 @@ def _breadcrumb(result: Answer | None) -> list[tuple[str, dict[str, Any]]]:
         return []
     chain = [*result.within, result.query]
     return [(q, {"q": q, "within": chain[:i]}) for i, q in enumerate(chain)]
+
+
+def app_for(config: str | Path, *, allowed_hosts: Iterable[str] | None = None) -> Flask:
+    """The search app over the saved index of the crawl that ``config`` describes, for
+    another WSGI server (``gunicorn 'plugins.search.web:app_for("search.yaml")'``).
+
+    The index stays open, read-only, for the life of the process.
+    """
+    from plugins.search.manager import SearchManager, text_processor
+    from rccrawler.manager import load_settings
+
+    _cls, settings = load_settings(config)
+    data = SearchManager.load_index(settings)
+    hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+    return create_app(data, text_processor(settings), allowed_hosts=hosts)
 
 
 def make_server(app: Flask, host: str, port: int, threads: int = SERVER_THREADS) -> Any:
