@@ -238,7 +238,7 @@ def big_index(config: Path, folder: Path, copies: int) -> tuple[Path, int]:
     for page in ids:
         url, title, summary = documents[page]
         doc = rows.execute(
-            "SELECT body_start, length, text, anchors FROM search_docs WHERE page_id = ?", (page,)
+            "SELECT body_start, length, text FROM search_docs WHERE page_id = ?", (page,)
         ).fetchone()
         postings = {
             term: Posting(weight, bytes(positions))
@@ -248,7 +248,7 @@ def big_index(config: Path, folder: Path, copies: int) -> tuple[Path, int]:
         }
         document = IndexedDocument(
             url=url, title=title, summary=summary, postings=postings,
-            text=doc[2], body_start=doc[0], length=doc[1], anchors=bytes(doc[3]),
+            text=doc[2], body_start=doc[0], length=doc[1],
         )  # fmt: skip
         for copy in range(copies):
             count += 1

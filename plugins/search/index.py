@@ -3,15 +3,15 @@
 ``search_postings`` maps a keyword to the pages it occurs in with a weight (and
 its positions, for phrases and snippets); its ``page_id`` index maps a page to its
 keywords. ``search_docs`` keeps what a hit shows: URL, title, description, and the
-body text with a few word offsets, from which a query-biased snippet is cut.
+body text, from which a query-biased snippet is cut.
 
 Storage, per table (what another backend has to keep):
 
-* ``search_docs(page_id, url, title, summary, body_start, length, text, anchors,
-  truncated, terms)``: ``body_start`` is the position of the body's first word,
-  ``length`` the body's word count, ``text`` the body text (cut at the word cap),
-  ``anchors`` the character offset of every ``ANCHOR_EVERY``-th body word (varint
-  deltas), ``truncated`` says what a cap cut ("" when nothing), and ``terms`` lists
+* ``search_docs(page_id, url, title, summary, body_start, length, text, truncated,
+  terms)``: ``body_start`` is the position of the body's first word, ``length`` the
+  body's word count, ``text`` the body text (cut at the word cap; a snippet finds
+  word n of the body as the n-th letter run of this text), ``truncated`` says what a
+  cap cut ("" when nothing), and ``terms`` lists
   the page's terms, one to a line: URL → keywords, without a second index on the
   postings (which would double the cost of writing them).
 * ``search_postings(term, page_id, weight, positions)``, keyed by (term, page_id):
@@ -71,10 +71,6 @@ MAX_POSITIONS = 1_000
 """Default cap on the positions kept per term and document (``search.max_positions``):
 phrases and snippets look only at a term's first occurrences; its weight counts all."""
 
-ANCHOR_EVERY = 32
-"""One character offset is kept per this many body words, so a snippet finds the text
-of a position by scanning at most this many words."""
-
 MERGE_EVERY = 64
 """Documents whose postings wait in ``search_pending`` before a batch merge."""
 
@@ -84,7 +80,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS search_docs (
     page_id INTEGER PRIMARY KEY, url TEXT NOT NULL, title TEXT NOT NULL, summary TEXT NOT NULL,
     body_start INTEGER NOT NULL, length INTEGER NOT NULL, text TEXT NOT NULL,
-    anchors BLOB NOT NULL, truncated TEXT NOT NULL, terms TEXT NOT NULL
+    truncated TEXT NOT NULL, terms TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS search_pending (
     page_id INTEGER PRIMARY KEY, terms TEXT NOT NULL, weights BLOB NOT NULL,
@@ -154,8 +150,6 @@ class StoredText:
     """Meta description (or the text's opening): the snippet when nothing matched."""
     text: str
     body_start: int
-    anchors: bytes
-    """Varint deltas: the character offset of every ANCHOR_EVERY-th body word."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +169,6 @@ class IndexedDocument:
     """Position of the first body word."""
     length: int = 0
     """Words in the body (stopwords included): field-length normalization."""
-    anchors: bytes = b""
     truncated: str = ""
     """What a cap cut, e.g. "words 250000>200000" ("" when nothing)."""
 
@@ -189,11 +182,14 @@ def keyword_factor(keywords: list[str]) -> float:
     return factor * len(set(keywords)) / len(keywords)
 
 
-def _lowered(text: str) -> str:
-    """``text`` lowercased, with the same length so offsets carry over ("İ" lowercases
-    to two characters: such a rare text keeps its case, and WORD still finds its words)."""
+def _words(text: str) -> list[str]:
+    """The lowercase letter runs of ``text``, as many as the text has: a position is the
+    number of the letter run in the text as stored, which snippets count again."""
     lowered = text.lower()
-    return lowered if len(lowered) == len(text) else text
+    if len(lowered) == len(text):
+        return WORD.findall(lowered)
+    # "İ" lowercases to "i" plus a combining dot, which would split the word in two.
+    return [word.lower() for word in WORD.findall(text)]
 
 
 def build_document(
@@ -230,7 +226,7 @@ def build_document(
     start = 0
     found: list[str] = []
     for text, location_weight in fields:
-        found = WORD.findall(_lowered(text))
+        found = _words(text)
         total_words += len(found)
         if len(found) > budget:
             found = found[:budget]
@@ -245,15 +241,13 @@ def build_document(
             weights[key] += location_weight * (1.0 + math.log(count))
         start += len(found) + FIELD_GAP
     body_start = start - len(found) - FIELD_GAP
-    # The body is the last field: its words and their offsets for snippets.
-    lowered = _lowered(content.text)
-    offsets = [m.start() for m in islice(WORD.finditer(lowered), 0, len(found), ANCHOR_EVERY)]
     text = content.text
     cut = []
     if total_words > max_words:
         cut.append(f"words {total_words}>{max_words}")
-        end = _end_of_word(lowered, offsets, len(found))
-        text = text[:end]
+        # The body is the last field: keep its text up to its last indexed word.
+        last = next(islice(WORD.finditer(text), len(found) - 1, None), None) if found else None
+        text = text[: last.end()] if last is not None else ""
     crowded = [t for t, p in positions.items() if len(p) > max_positions]
     if crowded:
         cut.append(f"positions of {len(crowded)} terms>{max_positions}")
@@ -269,19 +263,8 @@ def build_document(
         text=text,
         body_start=body_start,
         length=len(found),
-        anchors=encode_positions(offsets),
         truncated="; ".join(cut),
     )
-
-
-def _end_of_word(lowered: str, offsets: list[int], count: int) -> int:
-    """Character offset just after the ``count``-th word of the text."""
-    if count == 0:
-        return 0
-    index = (count - 1) // ANCHOR_EVERY
-    matches = islice(WORD.finditer(lowered, offsets[index]), (count - 1) % ANCHOR_EVERY, None)
-    last = next(matches, None)
-    return last.end() if last is not None else len(lowered)
 
 
 PackedPostings = tuple[str, bytes, bytes, bytes, str]
@@ -360,10 +343,9 @@ class SearchDataManager(SQLiteDataManager):
             self._delete_document(db, page_id)
             db.execute(
                 "INSERT INTO search_docs (page_id, url, title, summary, body_start, length, "
-                "text, anchors, truncated, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "text, truncated, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (page_id, document.url, document.title, document.summary, document.body_start,
-                 document.length, document.text, document.anchors, document.truncated,
-                 packed[0]),
+                 document.length, document.text, document.truncated, packed[0]),
             )  # fmt: skip
             db.execute(
                 "INSERT INTO search_pending (page_id, terms, weights, sizes, positions, words) "
@@ -504,10 +486,8 @@ class SearchDataManager(SQLiteDataManager):
 
     def stored_texts(self, page_ids: Iterable[PageId]) -> dict[PageId, StoredText]:
         """page id → what its snippet is cut from (read for the hits shown only)."""
-        rows = self._by_ids("summary, text, body_start, anchors", page_ids)
+        rows = self._by_ids("summary, text, body_start", page_ids)
         return {
-            PageId(int(page)): StoredText(
-                summary=summary, text=text, body_start=int(body_start), anchors=bytes(anchors)
-            )
-            for page, summary, text, body_start, anchors in rows
+            PageId(int(page)): StoredText(summary=summary, text=text, body_start=int(body_start))
+            for page, summary, text, body_start in rows
         }

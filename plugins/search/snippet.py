@@ -12,7 +12,6 @@ from html import escape
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from plugins.search.index import ANCHOR_EVERY, decode_positions
 from plugins.search.processing import WORD
 
 if TYPE_CHECKING:
@@ -84,12 +83,8 @@ def make_snippet(
     by_term = {p - stored.body_start: t for t, plist in positions.items() for p in plist}
     start = _best_distinct_window(body, by_term, width)
     start = max(0, start - LEAD)
-    anchors = decode_positions(stored.anchors)
-    index = min(start // ANCHOR_EVERY, len(anchors) - 1)
-    if index < 0:
-        return mark(stored.summary, terms, processor)
-    skip = start - index * ANCHOR_EVERY
-    spans = list(islice(WORD.finditer(stored.text, anchors[index]), skip, skip + width))
+    # Word n of the body is the n-th letter run of its text (positions count them all).
+    spans = list(islice(WORD.finditer(stored.text), start, start + width))
     if not spans:
         return mark(stored.summary, terms, processor)
     begin, end = spans[0].start(), spans[-1].end()

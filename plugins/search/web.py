@@ -254,11 +254,23 @@ def app_for(config: str | Path, *, allowed_hosts: Iterable[str] | None = None) -
     return create_app(data, text_processor(settings), allowed_hosts=hosts)
 
 
-def make_server(app: Flask, host: str, port: int, threads: int = SERVER_THREADS) -> Any:
-    """A waitress server for ``app`` (no ``Server`` banner); port 0 picks a free one."""
+def make_server(
+    app: Flask, host: str, port: int, threads: int = SERVER_THREADS, socket_map: Any = None
+) -> Any:
+    """A waitress server for ``app`` (no ``Server`` banner); port 0 picks a free one.
+    Its sockets go in ``socket_map``, so its owner can run and close them."""
     from waitress import create_server
 
-    return create_server(app, host=host, port=port, threads=threads, ident="")
+    return create_server(app, map=socket_map, host=host, port=port, threads=threads, ident="")
+
+
+def shut(server: Any, socket_map: dict[Any, Any]) -> None:
+    """Stop a waitress server whose loop no longer runs: its worker threads, then every
+    socket (listening, trigger, connections)."""
+    from waitress import wasyncore
+
+    server.task_dispatcher.shutdown()
+    wasyncore.close_all(socket_map)
 
 
 def serve(data: SearchDataManager, processor: TextProcessor, host: str, port: int) -> None:
@@ -271,23 +283,36 @@ def serve(data: SearchDataManager, processor: TextProcessor, host: str, port: in
     # Requests queued behind busy threads are expected under load (the query slots are
     # the limit): waitress would log a warning for each.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-    server = make_server(create_app(data, processor, allowed_hosts=allowed), host, port)
+    socket_map: dict[Any, Any] = {}
+    app = create_app(data, processor, allowed_hosts=allowed)
+    server = make_server(app, host, port, socket_map=socket_map)
     shown = f"[{host}]" if ":" in host else host
     print(f"search page on http://{shown}:{server.effective_port}/ (Ctrl-C ends it)", flush=True)
     try:
         server.run()
     finally:
-        server.close()
+        shut(server, socket_map)
 
 
 @contextlib.contextmanager
 def running(app: Flask, host: str = "127.0.0.1") -> Iterator[Any]:
     """Serve ``app`` with waitress in a background thread until the block ends."""
-    server = make_server(app, host, 0)
-    thread = threading.Thread(target=server.run, name="search-page", daemon=True)
+    from waitress import wasyncore
+
+    socket_map: dict[Any, Any] = {}
+    server = make_server(app, host, 0, socket_map=socket_map)
+    stop = threading.Event()
+
+    def loop() -> None:
+        # Short polls, so the loop sees ``stop`` and nothing closes a socket under it.
+        while not stop.is_set():
+            wasyncore.loop(timeout=0.05, map=socket_map, count=1)
+
+    thread = threading.Thread(target=loop, name="search-page", daemon=True)
     thread.start()
     try:
         yield server
     finally:
-        server.close()
+        stop.set()
         thread.join(5)
+        shut(server, socket_map)
