@@ -336,3 +336,26 @@ def test_pending_postings_are_merged_in_batches_and_after_a_kill(tmp_path):
     assert reader.word_counts("zeb") == [("zebra", count)]
     assert set(reader.page_terms(PageId(1))) == {"zebra", "stripe"}
     reader.close()
+
+
+def test_caps_on_words_and_positions_are_recorded():
+    processor = TextProcessor.default()
+    body = " ".join(["zebra"] * 50 + ["okapi"] * 50)
+    content = extract_content("u", f"<title>Zoo</title><p>{body}</p>".encode(), "text/html")
+    document = build_document(content, processor, max_words=31, max_positions=10)
+    # The title's word and the first 30 body words are indexed; "okapi" is cut.
+    assert "okapi" not in document.postings and "zebra" in document.postings
+    assert len(document.postings["zebra"].positions) == 10
+    assert document.truncated == "words 101>31; positions of 1 terms>10"
+    assert document.text.split() == ["zebra"] * 30
+    full = build_document(content, processor)
+    assert full.truncated == "" and len(full.postings["okapi"].positions) == 50
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "many", 10**9])
+def test_cap_settings_are_validated(tmp_path, value):
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({"manager": MANAGER, "sites": ["a.test"],
+                                    "search": {"max_words": value}}))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"search\.max_words"):
+        load_settings(path)

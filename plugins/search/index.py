@@ -214,7 +214,11 @@ def build_document(
         (content.title, TITLE_WEIGHT),
         (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keyword_list)),
         (" ".join(content.headings), HEADINGS_WEIGHT),
-        (content.summary if content.summary not in content.text else "", SUMMARY_WEIGHT),
+        # A meta description is a field of its own; a summary cut from the text is not.
+        (
+            content.summary if content.summary.rstrip("…") not in content.text else "",
+            SUMMARY_WEIGHT,
+        ),
         (content.text, BODY_WEIGHT),
     )
     weights: dict[str, float] = defaultdict(float)

@@ -15,6 +15,7 @@ proximity are all capped, so no query can take the server's memory or time.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass, field
@@ -149,7 +150,7 @@ class QueryEvaluator:
         self._groups: list[list[str]] = []
 
     def search(self, query: str, limit: int | None = 10, offset: int = 0) -> list[Hit]:
-        """Ranked hits: highest score first, then by URL."""
+        """Ranked hits: highest score first, then in the order the pages were found."""
         return self.results(query, limit, offset).hits
 
     def results(self, query: str, limit: int | None = 10, offset: int = 0) -> Results:
@@ -157,17 +158,15 @@ class QueryEvaluator:
         scores = self.rank(self.evaluate(query))
         if not scores:
             return Results(0, [])
-        documents = self.data.documents(scores)
-        ranked = sorted(
-            ((round(score, 4), documents[page][0], page) for page, score in scores.items()
-             if page in documents),
-            key=lambda item: (-item[0], item[1]),
-        )  # fmt: skip
-        end = None if limit is None else offset + limit
-        chosen = ranked[offset:end]
-        texts = self.data.stored_texts(page for _score, _url, page in chosen)
+        # Only the hits of the page asked for are read from the index: ties go by page
+        # id (the order pages were found in), which needs no read.
+        key = [(-round(score, 4), page) for page, score in scores.items()]
+        end = len(key) if limit is None else offset + limit
+        chosen = [page for _score, page in heapq.nsmallest(end, key)][offset:]
+        documents = self.data.documents(chosen)
+        texts = self.data.stored_texts(chosen)
         hits = []
-        for score, _url, page in chosen:
+        for page in chosen:
             url, title, summary = documents[page]
             snippet = Snippet(summary)
             if page in texts:
@@ -177,8 +176,8 @@ class QueryEvaluator:
                     if (found := self._seen.get(term)) and page in found
                 }
                 snippet = make_snippet(texts[page], positions, self.highlight, self.processor)
-            hits.append(Hit(url, title, summary, score, snippet))
-        return Results(len(ranked), hits)
+            hits.append(Hit(url, title, summary, round(scores[page], 4), snippet))
+        return Results(len(scores), hits)
 
     def evaluate(self, query: str) -> Scores:
         """Every matching document with its term score (before re-ranking)."""
