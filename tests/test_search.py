@@ -297,9 +297,11 @@ def test_cli_serve_answers_and_other_tasks_refuse(indexed, tmp_path):
 def test_positions_round_trip_as_varint_deltas():
     from plugins.search.index import decode_positions, encode_positions
 
-    for positions in ([], [0], [5, 6, 7], [3, 200, 201, 70_000, 70_001, 2**31]):
+    for positions in ([], [0], [5, 6, 7], [300, 301, 305], [3, 200, 201, 70_000, 70_001, 2**31]):
         encoded = encode_positions(positions)
         assert decode_positions(encoded) == positions
+        for limit in (1, 2, 10):
+            assert decode_positions(encoded, limit) == positions[:limit]
     assert len(encode_positions(list(range(0, 1000, 3)))) == 1000 // 3 + 1  # a byte each
 
 
@@ -359,3 +361,13 @@ def test_cap_settings_are_validated(tmp_path, value):
                                     "search": {"max_words": value}}))  # fmt: skip
     with pytest.raises(ConfigError, match=r"search\.max_words"):
         load_settings(path)
+
+
+def test_phrase_positions_scanned_are_bounded(indexed, monkeypatch):
+    import plugins.search.query as query
+
+    assert paths(indexed, '"apple pie"') == ["/p1.html"]
+    # p1 holds "apple" and "pie" twice each (title, body): four positions to scan.
+    monkeypatch.setattr(query, "MAX_PHRASE_POSITIONS", 3)
+    assert paths(indexed, '"apple pie"') == []
+    assert paths(indexed, "apple pie") == ["/p1.html", "/p6.html"]  # plain words: no scan

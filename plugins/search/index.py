@@ -113,10 +113,21 @@ def encode_positions(positions: Sequence[int]) -> bytes:
     return bytes(out)
 
 
-def decode_positions(data: bytes) -> list[int]:
-    """The inverse of :func:`encode_positions`."""
-    if not data or max(data) < 0x80:
-        return list(accumulate(data))
+def decode_positions(data: bytes, limit: int | None = None) -> list[int]:
+    """The inverse of :func:`encode_positions` (the first ``limit`` positions only, when
+    given)."""
+    # The usual shapes decode in C: every delta one byte, or all but the first (the
+    # first "delta" is the absolute position of the first occurrence).
+    head = 0
+    while head < len(data) and data[head] & 0x80:
+        head += 1
+    rest = data[head + 1 :]
+    if not rest or max(rest) < 0x80:
+        first = 0
+        for shift, byte in enumerate(data[: head + 1]):
+            first |= (byte & 0x7F) << (7 * shift)
+        values = [first, *(rest if limit is None else rest[: max(0, limit - 1)])] if data else []
+        return list(accumulate(values))[:limit]
     positions: list[int] = []
     value = shift = last = 0
     for byte in data:
@@ -126,6 +137,8 @@ def decode_positions(data: bytes) -> list[int]:
             continue
         last += value
         positions.append(last)
+        if len(positions) == limit:
+            break
         value = shift = 0
     return positions
 
@@ -140,6 +153,10 @@ class Posting:
     @property
     def positions(self) -> list[int]:
         return decode_positions(self.encoded)
+
+    def first_positions(self, limit: int) -> list[int]:
+        """The first ``limit`` positions (snippets and proximity look no further)."""
+        return decode_positions(self.encoded, limit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

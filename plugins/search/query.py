@@ -54,6 +54,9 @@ RERANK = 200
 PROXIMITY_WEIGHT = 0.5
 """A hit whose query words stand together scores up to (1 + this) times more."""
 
+SNIPPET_POSITIONS = 200
+"""Positions of a term per hit that snippets and proximity look at."""
+
 PHRASE_IN_TITLE = 1.0
 """A phrase standing in the title scores (1 + this) times more."""
 
@@ -171,7 +174,7 @@ class QueryEvaluator:
             snippet = Snippet(summary)
             if page in texts:
                 positions = {
-                    term: found[page].positions
+                    term: found[page].first_positions(SNIPPET_POSITIONS)
                     for term in self.highlight
                     if (found := self._seen.get(term)) and page in found
                 }
@@ -207,7 +210,7 @@ class QueryEvaluator:
         for page in best:
             closeness = 0.0
             for group in groups:
-                lists = [self._seen[t][page].positions for t in group
+                lists = [self._seen[t][page].first_positions(SNIPPET_POSITIONS) for t in group
                          if t in self._seen and page in self._seen[t]]  # fmt: skip
                 if len(lists) == len(group):
                     closeness = max(closeness, _closeness(lists))
