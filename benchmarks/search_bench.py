@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import http.client
 import json
+import os
 import shutil
 import sqlite3
 import statistics
@@ -136,8 +137,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 # --- crawling --------------------------------------------------------------------------
 
 
-def crawl(url: str, folder: Path, manager: str | None, timeout: float) -> tuple[float, Path]:
-    """One crawl as a child process; its wall seconds and its settings file."""
+def crawl(url: str, folder: Path, manager: str | None, timeout: float) -> tuple[float, float, Path]:
+    """One crawl as a child process; its wall and CPU seconds and its settings file."""
     folder.mkdir(parents=True)
     config = write_settings(folder, [url], obey_robots=True, max_depth=1000)
     if manager:
@@ -147,7 +148,7 @@ def crawl(url: str, folder: Path, manager: str | None, timeout: float) -> tuple[
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
     if measure.exit_code != 0:
         sys.exit(f"search_bench: the crawl in {folder} failed (exit {measure.exit_code})")
-    return measure.seconds, config
+    return measure.seconds, measure.cpu_s, config
 
 
 # --- ranking quality -------------------------------------------------------------------
@@ -328,16 +329,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"{site.title}: {url}")
             graph_s: list[float] = []
             search_s: list[float] = []
+            cpu: dict[str, list[float]] = {"webgraph": [], "search": []}
             config = work / "none"
             for index in range(1, args.runs + 1):
                 order = ("webgraph", "search") if index % 2 else ("search", "webgraph")
                 for task in order:
                     manager = "plugins.search.SearchManager" if task == "search" else None
-                    seconds, made = crawl(url, work / f"{task}-{index}", manager, args.timeout)
+                    seconds, cpu_s, made = crawl(
+                        url, work / f"{task}-{index}", manager, args.timeout
+                    )
                     (search_s if task == "search" else graph_s).append(seconds)
+                    cpu[task].append(cpu_s)
                     if task == "search":
                         config = made
-                    log(f"  {task:<8} crawl, run {index}: {seconds:.2f} s")
+                    log(
+                        f"  {task:<8} crawl, run {index}: {seconds:.2f} s, {cpu_s:.2f} CPU s,"
+                        f" load {os.getloadavg()[0]:.1f}"
+                    )
         _cls, settings = load_settings(config)
         with SearchManager.open_index(settings) as data:
             documents = data.document_count()
@@ -347,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"search crawl:    {search:.2f} s (median of {len(search_s)}, "
             f"{min(search_s):.2f}–{max(search_s):.2f})")  # fmt: skip
         log(f"ratio search/web-graph: {search / graph:.2f} (goal ≤ 1.5)")
+        graph_cpu, search_cpu = statistics.median(cpu["webgraph"]), statistics.median(cpu["search"])
+        log(f"CPU seconds: web-graph {graph_cpu:.2f}, search {search_cpu:.2f}, "
+            f"ratio {search_cpu / graph_cpu:.2f} (less sensitive to a busy machine)")  # fmt: skip
         log(f"documents indexed: {documents}, {documents / search:.0f} per second of crawl")
 
         log("\nranking, judged queries (misses below):")
@@ -367,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         times, errors = latency(big, args.clients, args.requests)
         times.sort()
         p95 = statistics.quantiles(times, n=20)[-1] if len(times) > 1 else times[0]
+        log(f"1-minute load average after the clients: {os.getloadavg()[0]:.1f} "
+            f"on {os.cpu_count()} cores")  # fmt: skip
         log(f"/api/search, {args.clients} concurrent clients, {len(times)} requests, "
             f"{errors} errors: median {statistics.median(times) * 1000:.0f} ms, "
             f"p95 {p95 * 1000:.0f} ms, max {times[-1] * 1000:.0f} ms")  # fmt: skip

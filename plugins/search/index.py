@@ -35,6 +35,7 @@ from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from plugins.search.content import Content, extract_content, media_type
@@ -99,8 +100,16 @@ CREATE TABLE IF NOT EXISTS search_words (
 def encode_positions(positions: Sequence[int]) -> bytes:
     """Ascending positions as LEB128 varints of their deltas (most fit one byte)."""
     deltas = [b - a for a, b in zip((0, *positions), positions, strict=False)]
-    if not deltas or max(deltas) < 0x80:
-        return bytes(deltas)  # the usual case: every delta fits one byte
+    if len(deltas) < 2 or max(deltas[1:]) < 0x80:
+        # The usual case: every delta after the first (an absolute position) fits a byte.
+        out = bytearray()
+        first = deltas[0] if deltas else 0
+        while deltas and first >= 0x80:
+            out.append((first & 0x7F) | 0x80)
+            first >>= 7
+        if deltas:
+            out.append(first)
+        return bytes(out) + bytes(deltas[1:])
     out = bytearray()
     last = 0
     for position in positions:
@@ -389,7 +398,7 @@ class SearchDataManager(SQLiteDataManager):
             found, words = unpack_postings(page_id, tuple(packed))
             postings += found
             vocabulary.update(words)
-        postings.sort()
+        postings.sort(key=itemgetter(0))  # by term; a page's terms are distinct
         db.executemany(
             "INSERT INTO search_postings (term, page_id, weight, positions) VALUES (?, ?, ?, ?)",
             postings,
