@@ -456,6 +456,7 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
         print(f"rccrawler search: the task {manager_cls.__name__} has no search index "
               "(use manager: plugins.search.SearchManager)", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    bold = sys.stdout.isatty()
     for rank, hit in enumerate(hits, 1):
         # Titles, URLs and snippets are crawled text (terminal_safe).
         if as_json:
@@ -463,11 +464,24 @@ def search_command(config: str, query: str, limit: int, *, as_json: bool) -> int
         else:
             print(f"{rank}. {terminal_safe(str(hit['title']))}  ({hit['score']})\n"
                   f"   {terminal_safe(str(hit['url']))}")  # fmt: skip
-            if hit.get("summary"):
-                print(f"   {terminal_safe(str(hit['summary']))}")
+            text = hit.get("snippet") or hit.get("summary") or ""
+            if text:
+                print(f"   {marked(str(text), hit.get('marks', ()), bold=bold)}")
     if not hits and not as_json:
         print("no hits")
     return EXIT_OK
+
+
+def marked(text: str, marks: Sequence[Sequence[int]], *, bold: bool) -> str:
+    """``text`` made safe for a terminal, the (start, end) spans in ANSI bold or in
+    brackets (``[…]`` when the output is not a terminal)."""
+    opening, closing = ("\x1b[1m", "\x1b[22m") if bold else ("[", "]")
+    parts, at = [], 0
+    for start, end in marks:
+        parts += [terminal_safe(text[at:start]), opening, terminal_safe(text[start:end]), closing]
+        at = end
+    parts.append(terminal_safe(text[at:]))
+    return "".join(parts)
 
 
 def export_command(config: str) -> int:

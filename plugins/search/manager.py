@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.search.index import TABLES, SearchIndex
 from plugins.search.query import QueryEvaluator
-from plugins.search.settings import SEARCH_KEYS, search_section, text_processor
+from plugins.search.settings import SEARCH_KEYS, index_caps, search_section, text_processor
 from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread
 from plugins.webgraph.manager import WebGraphManager
-from rccrawler.data.storage import open_storage
-from rccrawler.exceptions import ConfigError
+from rccrawler.data.storage import create_storage, open_storage, state_exists
+from rccrawler.exceptions import ConfigError, StateError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,6 +39,17 @@ class SearchManager(WebGraphManager):
             if key not in SEARCH_KEYS:
                 raise ConfigError(f"search.{key}", f"unknown key (known: {', '.join(SEARCH_KEYS)})")
         text_processor(settings)
+        index_caps(settings)
+
+    @classmethod
+    def load_index(cls, settings: Settings) -> SearchIndex:
+        """The saved index, opened read-only for as long as the process lives (a WSGI
+        app under another server keeps it): a running crawl may go on writing it."""
+        if not state_exists(settings):
+            raise StateError(f"no saved crawl of {settings.crawl_name}: run the crawl first")
+        data = create_storage(settings, task_tables=cls.task_tables, read_only=True)
+        data.open()
+        return SearchIndex(data)
 
     @classmethod
     @contextlib.contextmanager
@@ -55,17 +66,10 @@ class SearchManager(WebGraphManager):
 
     @classmethod
     def serve(cls, settings: Settings, host: str, port: int) -> bool:
-        from plugins.search.web import SearchHTTPServer
+        from plugins.search.web import serve
 
         with cls.open_index(settings) as index:
-            server = SearchHTTPServer((host, port), index, text_processor(settings))
-            print(
-                f"search page on http://{host}:{server.server_port}/ (Ctrl-C ends it)", flush=True
-            )
-            try:
-                server.serve_forever()
-            finally:
-                server.server_close()
+            serve(index, text_processor(settings), host, port)
         return True
 
     @classmethod

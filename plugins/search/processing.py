@@ -6,18 +6,37 @@ import re
 import threading
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import snowballstemmer  # type: ignore[import-untyped]
+import Stemmer  # type: ignore[import-not-found]
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 WORD = re.compile(r"[^\W\d_]+")
 """A word is a run of letters: digits, underscores and punctuation split words."""
 
 DEFAULT_LANGUAGE = "english"
 
+TERM_CACHE_SIZE = 200_000
+"""Distinct words whose term is remembered; the cache starts over when it is full, so a
+hostile page of random words costs memory once, not forever."""
+
+
+def languages() -> list[str]:
+    """The Snowball languages the C stemmer (PyStemmer) knows."""
+    return list(Stemmer.algorithms())
+
 
 def words(text: str) -> list[str]:
     """The lowercase letter runs of ``text``, in order."""
-    return [match.group().lower() for match in WORD.finditer(text)]
+    return WORD.findall(text.lower())
+
+
+def word_spans(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, lowercase word) of each letter run of ``text``, for snippets."""
+    for match in WORD.finditer(text):
+        yield match.start(), match.end(), match.group().lower()
 
 
 def _read_list(path: Path | None, default: str) -> list[list[str]]:
@@ -49,15 +68,33 @@ def load_synonyms(path: Path | None = None) -> dict[str, str]:
     return mapping
 
 
+class _TermCache(dict[str, str]):
+    """word → term ("" for a stopword), computed on the first lookup of a word."""
+
+    def __init__(self, compute: Callable[[str], str | None]) -> None:
+        super().__init__()
+        self.compute = compute
+
+    def __missing__(self, word: str) -> str:
+        found = self.compute(word) or ""
+        if len(self) >= TERM_CACHE_SIZE:
+            self.clear()
+        self[word] = found
+        return found
+
+
 class TextProcessor:
     """Turns text into index terms: words, minus stopwords, synonyms mapped, stemmed.
 
-    Thread-safe: each thread gets its own Snowball stemmer (they keep state).
+    Stemming is the Snowball project's C implementation (PyStemmer), and the term of
+    each distinct word is cached, since a page repeats a few thousand words many times.
+    Thread-safe: each thread gets its own stemmer (they keep state); the cache is a
+    plain dict, whose single get and set are atomic.
 
     Args:
         stopwords: words dropped (compared before synonyms and stemming).
         synonyms: word → the word it stands for.
-        language: a Snowball language (``snowballstemmer.algorithms()``).
+        language: a Snowball language (:func:`languages`).
     """
 
     def __init__(
@@ -66,12 +103,16 @@ class TextProcessor:
         synonyms: dict[str, str] | None = None,
         language: str = DEFAULT_LANGUAGE,
     ) -> None:
-        if language not in snowballstemmer.algorithms():
+        if language not in languages():
             raise ValueError(f"no Snowball stemmer for {language!r}")
         self.stopwords = stopwords
         self.synonyms = dict(synonyms or {})
         self.language = language
         self._local = threading.local()
+        self._cache = _TermCache(self._term)
+        self.lookup: Callable[[str], str] = self._cache.__getitem__
+        """Like :meth:`term` but "" for a stopword, and without a Python frame per call
+        (for the hot loops: ``map(processor.lookup, words)``)."""
         # Synonyms apply to a word as written, else to its stem ("automobiles" → "car").
         self._stem_synonyms = {self.stem(k): self.stem(v) for k, v in self.synonyms.items()}
 
@@ -83,12 +124,15 @@ class TextProcessor:
     def stem(self, word: str) -> str:
         stemmer = getattr(self._local, "stemmer", None)
         if stemmer is None:
-            stemmer = self._local.stemmer = snowballstemmer.stemmer(self.language)
+            stemmer = self._local.stemmer = Stemmer.Stemmer(self.language)
         result: str = stemmer.stemWord(word)
         return result
 
     def term(self, word: str) -> str | None:
         """The index term of one lowercase word, or None for a stopword."""
+        return self._cache[word] or None
+
+    def _term(self, word: str) -> str | None:
         if word in self.stopwords:
             return None
         if word in self.synonyms:
@@ -97,10 +141,22 @@ class TextProcessor:
         stem = self.stem(word)
         return self._stem_synonyms.get(stem, stem)
 
+    def analyze(self, text: str, limit: int | None = None) -> list[tuple[str, str]]:
+        """(word as written, its term) of each word of ``text`` that reaches the index,
+        in order: one pass gives both the terms and the indexed words.
+
+        Args:
+            limit: at most this many words of the text are looked at.
+        """
+        found = words(text)
+        if limit is not None and len(found) > limit:
+            found = found[:limit]
+        return [(w, t) for w, t in zip(found, map(self.lookup, found), strict=True) if t]
+
     def terms(self, text: str) -> list[str]:
         """The index terms of a text, in order (stopwords left out)."""
-        return [t for t in map(self.term, words(text)) if t is not None]
+        return [t for _w, t in self.analyze(text)]
 
     def indexed_words(self, text: str) -> list[str]:
         """The words of a text that reach the index (not stopwords), as written."""
-        return [w for w in words(text) if self.term(w) is not None]
+        return [w for w, _t in self.analyze(text)]

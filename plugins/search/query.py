@@ -7,16 +7,23 @@ Grammar (operators are upper case; two terms side by side mean AND)::
     and    := not (["AND"] not)*
     not    := "NOT" not | atom
     atom   := "(" or ")" | '"' words '"' | word | word*
+
+The work of one query is bounded: its length, its nesting depth, the words a
+wildcard expands to, the positions a phrase scans and the hits re-ranked by
+proximity are all capped, so no query can take the server's memory or time.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from plugins.search.index import FIELD_GAP
 from plugins.search.processing import words
+from plugins.search.snippet import Snippet, make_snippet
 from rccrawler.exceptions import RCCrawlerError
 
 if TYPE_CHECKING:
@@ -24,16 +31,43 @@ if TYPE_CHECKING:
     from plugins.search.processing import TextProcessor
     from rccrawler.records import PageId
 
+MAX_QUERY_CHARS = 2_000
+"""A longer query is refused (QueryError)."""
+
+MAX_QUERY_WORDS = 64
+"""Words and phrases in one query at most (operators and parentheses are bounded by
+MAX_QUERY_CHARS and MAX_DEPTH)."""
+
+MAX_DEPTH = 32
+"""Parentheses and NOTs nest at most this deep (deeper is a QueryError, never a
+RecursionError)."""
+
 MAX_WILDCARD_WORDS = 500
 """A prefix matching more indexed words than this is cut to the first ones."""
 
-_TOKEN = re.compile(r'\s*(?:(")([^"]*)"?|(\()|(\))|([^\s()"]+))')
+MAX_PHRASE_POSITIONS = 200_000
+"""Positions a query's phrases decode at most; pages past that budget are not matched."""
+
+RERANK = 200
+"""The best hits by term weight that are re-ranked by phrase and proximity."""
+
+PROXIMITY_WEIGHT = 0.5
+"""A hit whose query words stand together scores up to (1 + this) times more."""
+
+SNIPPET_POSITIONS = 200
+"""Positions of a term per hit that snippets and proximity look at."""
+
+PHRASE_IN_TITLE = 1.0
+"""A phrase standing in the title scores (1 + this) times more."""
+
+_TOKEN = re.compile(r'\s*(?:(")([^"]*)("?)|(\()|(\))|([^\s()"]+))')
 
 Scores = dict["PageId", float]
 
 
 class QueryError(RCCrawlerError):
-    """A query that cannot be parsed (unbalanced parentheses, a dangling operator)."""
+    """A query that cannot be parsed (unbalanced parentheses or quotes, a dangling
+    operator, too deep or too long, or only words to leave out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +78,32 @@ class Hit:
     title: str
     summary: str
     score: float
+    snippet: Snippet = field(default_factory=Snippet)
 
     def as_dict(self) -> dict[str, object]:
         return {"url": self.url, "title": self.title, "summary": self.summary,
-                "score": self.score}  # fmt: skip
+                "score": self.score, "snippet": self.snippet.text,
+                "marks": [list(mark) for mark in self.snippet.marks]}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Results:
+    """One page of ranked hits and how many there are in all."""
+
+    total: int
+    hits: list[Hit]
 
 
 def tokenize(query: str) -> list[tuple[str, str]]:
-    """(kind, text) pairs; kinds: phrase, (, ), AND, OR, NOT, word."""
+    """(kind, text) pairs; kinds: phrase, (, ), AND, OR, NOT, word.
+
+    Raises:
+        QueryError: an unclosed quote, or a query too long.
+    """
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     tokens: list[tuple[str, str]] = []
-    position = 0
+    position = leaves = 0
     query = query.strip()
     while position < len(query):
         match = _TOKEN.match(query, position)
@@ -61,14 +111,20 @@ def tokenize(query: str) -> list[tuple[str, str]]:
             break
         position = match.end()
         if match.group(1):
+            if not match.group(3):
+                raise QueryError("a '\"' is not closed")
             tokens.append(("phrase", match.group(2)))
-        elif match.group(3):
-            tokens.append(("(", "("))
         elif match.group(4):
+            tokens.append(("(", "("))
+        elif match.group(5):
             tokens.append((")", ")"))
         else:
-            text = match.group(5)
+            text = match.group(6)
             tokens.append((text, text) if text in ("AND", "OR", "NOT") else ("word", text))
+        if tokens[-1][0] in ("word", "phrase"):
+            leaves += 1
+            if leaves > MAX_QUERY_WORDS:
+                raise QueryError(f"the query has more than {MAX_QUERY_WORDS} words and phrases")
     return tokens
 
 
@@ -77,7 +133,8 @@ class QueryEvaluator:
 
     A leaf scores a document ``weight × idf`` per term; AND and OR add the scores of
     their sides, NOT keeps the left side's. A leaf made only of stopwords has no
-    constraint (None) and drops out of AND and OR.
+    constraint (None) and drops out of AND and OR. The best hits are then re-ranked:
+    query words close together (within a field) raise a hit's score.
     """
 
     def __init__(self, data: SearchIndex, processor: TextProcessor) -> None:
@@ -86,35 +143,88 @@ class QueryEvaluator:
         self.total = max(1, data.document_count())
         self._tokens: list[tuple[str, str]] = []
         self._at = 0
+        self._depth = 0
+        self._negated = 0
+        self._positive = 0
+        self._budget = MAX_PHRASE_POSITIONS
+        self._seen: dict[str, dict[PageId, Posting]] = {}
+        self.highlight: set[str] = set()
+        """Terms of the query's positive leaves (wildcards expanded): what snippets mark."""
+        self._groups: list[list[str]] = []
 
     def search(self, query: str, limit: int | None = 10, offset: int = 0) -> list[Hit]:
-        """Ranked hits: highest score first, then by URL."""
-        scores = self.evaluate(query)
+        """Ranked hits: highest score first, then in the order the pages were found."""
+        return self.results(query, limit, offset).hits
+
+    def results(self, query: str, limit: int | None = 10, offset: int = 0) -> Results:
+        """One page of ranked hits, each with its snippet, and the number of hits."""
+        scores = self.rank(self.evaluate(query))
         if not scores:
-            return []
-        ranked = sorted(scores.items(), key=lambda item: -item[1])
-        documents = self.data.documents(page for page, _score in ranked)
-        hits = [
-            Hit(*documents[page], score=round(score, 4))
-            for page, score in ranked
-            if page in documents
-        ]
-        hits.sort(key=lambda hit: (-hit.score, hit.url))
-        end = None if limit is None else offset + limit
-        return hits[offset:end]
+            return Results(0, [])
+        # Only the hits of the page asked for are read from the index: ties go by page
+        # id (the order pages were found in), which needs no read.
+        key = [(-round(score, 4), page) for page, score in scores.items()]
+        end = len(key) if limit is None else offset + limit
+        chosen = [page for _score, page in heapq.nsmallest(end, key)][offset:]
+        documents = self.data.documents(chosen)
+        texts = self.data.stored_texts(chosen)
+        hits = []
+        for page in chosen:
+            url, title, summary = documents[page]
+            snippet = Snippet(summary)
+            if page in texts:
+                positions = {
+                    term: found[page].first_positions(SNIPPET_POSITIONS)
+                    for term in self.highlight
+                    if (found := self._seen.get(term)) and page in found
+                }
+                snippet = make_snippet(texts[page], positions, self.highlight, self.processor)
+            hits.append(Hit(url, title, summary, round(scores[page], 4), snippet))
+        return Results(len(scores), hits)
 
     def evaluate(self, query: str) -> Scores:
+        """Every matching document with its term score (before re-ranking)."""
         self._tokens, self._at = tokenize(query), 0
+        self._depth = self._negated = self._positive = 0
+        self._budget = MAX_PHRASE_POSITIONS
+        self._seen, self.highlight, self._groups = {}, set(), []
         if not self._tokens:
             return {}
         result = self._or()
         if self._at < len(self._tokens):
-            raise QueryError(f"unexpected {self._tokens[self._at][1]!r} in the query")
+            token = self._tokens[self._at][1]
+            raise QueryError(
+                "unmatched ')'" if token == ")" else f"unexpected {token!r} in the query"
+            )
+        if result is not None and not self._positive:
+            raise QueryError("the query has only words to leave out (NOT): add one to look for")
         return result or {}
+
+    def rank(self, scores: Scores) -> Scores:
+        """Re-rank the best hits by how close the query's words stand in them."""
+        groups = [g for g in self._groups if len(set(g)) > 1]
+        if not groups or len(scores) < 2:
+            return scores
+        best = sorted(scores, key=lambda page: -scores[page])[:RERANK]
+        ranked = dict(scores)
+        for page in best:
+            closeness = 0.0
+            for group in groups:
+                lists = [self._seen[t][page].first_positions(SNIPPET_POSITIONS) for t in group
+                         if t in self._seen and page in self._seen[t]]  # fmt: skip
+                if len(lists) == len(group):
+                    closeness = max(closeness, _closeness(lists))
+            ranked[page] = scores[page] * (1.0 + PROXIMITY_WEIGHT * closeness)
+        return ranked
 
     # -- parser ------------------------------------------------------------
     def _peek(self) -> str | None:
         return self._tokens[self._at][0] if self._at < len(self._tokens) else None
+
+    def _enter(self) -> None:
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise QueryError(f"the query nests deeper than {MAX_DEPTH} levels")
 
     def _or(self) -> Scores | None:
         result = self._and()
@@ -131,6 +241,7 @@ class QueryEvaluator:
         return result
 
     def _and(self) -> Scores | None:
+        start = len(self._groups)
         result = self._not()
         while self._peek() not in (None, "OR", ")"):
             if self._peek() == "AND":
@@ -140,13 +251,23 @@ class QueryEvaluator:
                 result = right if result is None else result
                 continue
             result = {p: s + right[p] for p, s in result.items() if p in right}
+        # The plain words ANDed here form one group for proximity ranking.
+        joined = [term for group in self._groups[start:] for term in group]
+        if len(self._groups) - start > 1:
+            self._groups.append(joined)
         return result
 
     def _not(self) -> Scores | None:
         if self._peek() != "NOT":
             return self._atom()
         self._at += 1
-        excluded = self._not()
+        self._enter()
+        self._negated += 1
+        try:
+            excluded = self._not()
+        finally:
+            self._negated -= 1
+            self._depth -= 1
         if excluded is None:
             return None
         return {page: 0.0 for page in self.data.all_documents() if page not in excluded}
@@ -158,17 +279,21 @@ class QueryEvaluator:
         text = self._tokens[self._at][1]
         self._at += 1
         if kind == "(":
-            inner = self._or()
+            self._enter()
+            try:
+                inner = self._or()
+            finally:
+                self._depth -= 1
             if self._peek() != ")":
                 raise QueryError("a '(' is not closed")
             self._at += 1
             return inner
         if kind == "phrase":
-            return self._phrase(text)
+            return self._phrase(text, quoted=True)
         if kind == "word":
             if text.endswith("*") and len(text) > 1:
                 return self._prefix(text.rstrip("*"))
-            return self._phrase(text)  # "e-mail" is the phrase "e mail"
+            return self._phrase(text, quoted=False)  # "e-mail" is the phrase "e mail"
         raise QueryError(f"{text!r} needs a word after it" if kind != ")" else "unmatched ')'")
 
     # -- leaves ------------------------------------------------------------
@@ -176,21 +301,45 @@ class QueryEvaluator:
         return math.log(1.0 + self.total / max(1, count))
 
     def _postings(self, term: str) -> dict[PageId, Posting]:
-        return self.data.postings(term)
+        found = self._seen.get(term)
+        if found is None:
+            found = self._seen[term] = self.data.postings(term)
+        if not self._negated:
+            self.highlight.add(term)
+        return found
 
-    def _phrase(self, text: str) -> Scores | None:
-        terms = self.processor.terms(text)
-        if not terms:
+    def _phrase(self, text: str, *, quoted: bool) -> Scores | None:
+        # Offsets count every word, stopwords too, as the index's positions do.
+        found = [(i, t) for i, w in enumerate(words(text)) if (t := self.processor.term(w))]
+        if not found:
             return None
-        lists = [self._postings(term) for term in terms]
+        if not self._negated:
+            self._positive += 1
+        lists = [self._postings(term) for _offset, term in found]
         pages = set(lists[0]).intersection(*lists[1:])
+        idfs = [self._idf(len(postings)) for postings in lists]
         scores: Scores = {}
-        for page in pages:
-            if len(terms) > 1 and not _adjacent([postings[page].positions for postings in lists]):
-                continue
-            scores[page] = sum(
-                postings[page].weight * self._idf(len(postings)) for postings in lists
-            )
+        if not self._negated:
+            self._groups.append([term for _offset, term in found])
+        if len(found) == 1:
+            (postings,) = lists
+            return {page: postings[page].weight * idfs[0] for page in pages}
+        first = found[0][0]
+        offsets = [offset - first for offset, _term in found]
+        # Pages with the heaviest terms are checked first, while the budget lasts.
+        weighed = {p: sum(ps[p].weight * idf for ps, idf in zip(lists, idfs, strict=True))
+                   for p in pages}  # fmt: skip
+        for page in sorted(weighed, key=lambda p: -weighed[p]):
+            positions = [postings[page].positions for postings in lists]
+            self._budget -= sum(map(len, positions))
+            if self._budget < 0:
+                break
+            starts = _phrase_starts(positions, offsets)
+            if starts:
+                bonus = 1.0 + math.log(len(starts)) / 4
+                if quoted and starts[0] < FIELD_GAP:  # the title is the first field
+                    bonus += PHRASE_IN_TITLE
+                scores[page] = weighed[page] * bonus
         return scores
 
     def _prefix(self, prefix: str) -> Scores | None:
@@ -199,6 +348,8 @@ class QueryEvaluator:
             return None
         if len(parts) > 1:
             raise QueryError(f"a wildcard applies to one word, not {prefix!r}*")
+        if not self._negated:
+            self._positive += 1
         matched = self.data.pages_with_word_prefix(parts[0])
         scores: Scores = {}
         for word in sorted(matched)[:MAX_WILDCARD_WORDS]:
@@ -212,9 +363,36 @@ class QueryEvaluator:
         return scores
 
 
-def _adjacent(positions: list[tuple[int, ...]]) -> bool:
-    """Whether some position p of the first term has p+i among the i-th term's."""
+def _phrase_starts(positions: list[list[int]], offsets: list[int]) -> list[int]:
+    """Positions p of the first term where each i-th term stands at p + offsets[i]."""
     later = [set(p) for p in positions[1:]]
-    return any(
-        all(start + i + 1 in found for i, found in enumerate(later)) for start in positions[0]
-    )
+    return [
+        start
+        for start in positions[0]
+        if all(start + offset in found for offset, found in zip(offsets[1:], later, strict=True))
+    ]
+
+
+def _closeness(positions: list[list[int]]) -> float:
+    """1 when the terms stand side by side somewhere, falling towards 0 as the
+    smallest window holding one of each widens (a classic minimal-span measure)."""
+    events = sorted((p, i) for i, plist in enumerate(positions) for p in plist)
+    need = len(positions)
+    counts = [0] * need
+    have = 0
+    best = math.inf
+    left = 0
+    for position, term in events:
+        counts[term] += 1
+        if counts[term] == 1:
+            have += 1
+        while have == need:
+            start, first = events[left]
+            best = min(best, position - start + 1)
+            counts[first] -= 1
+            if counts[first] == 0:
+                have -= 1
+            left += 1
+    if best == math.inf:
+        return 0.0
+    return float(need / best)

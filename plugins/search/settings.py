@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import snowballstemmer  # type: ignore[import-untyped]
-
+from plugins.search.index import MAX_POSITIONS, MAX_WORDS
 from plugins.search.processing import (
     DEFAULT_LANGUAGE,
     TextProcessor,
+    languages,
     load_stopwords,
     load_synonyms,
 )
@@ -19,9 +19,12 @@ from rccrawler.exceptions import ConfigError
 if TYPE_CHECKING:
     from rccrawler.config import Settings
 
-SEARCH_KEYS = ("stopwords", "synonyms", "language")
-"""Keys of the ``search:`` section: word-list files (relative to settings.yaml) and
-the Snowball language."""
+SEARCH_KEYS = ("stopwords", "synonyms", "language", "max_words", "max_positions")
+"""Keys of the ``search:`` section: word-list files (relative to settings.yaml), the
+Snowball language, and the caps on words indexed per document and positions kept per
+term and document."""
+
+CAP_DEFAULTS = {"max_words": MAX_WORDS, "max_positions": MAX_POSITIONS}
 
 
 def search_section(settings: Settings) -> Mapping[str, Any]:
@@ -49,7 +52,7 @@ def text_processor(settings: Settings) -> TextProcessor:
     """The content processor that the ``search:`` section describes."""
     section = search_section(settings)
     language = section.get("language", DEFAULT_LANGUAGE)
-    if language not in snowballstemmer.algorithms():
+    if language not in languages():
         raise ConfigError("search.language", f"no Snowball stemmer for {language!r}")
     try:
         stopwords = load_stopwords(_list_path(settings, "stopwords"))
@@ -57,3 +60,14 @@ def text_processor(settings: Settings) -> TextProcessor:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("search", f"cannot read a word list ({exc})") from exc
     return TextProcessor(stopwords, synonyms, language)
+
+
+def index_caps(settings: Settings) -> dict[str, int]:
+    """``max_words`` and ``max_positions`` of the ``search:`` section (or their defaults)."""
+    caps = {}
+    for key, default in CAP_DEFAULTS.items():
+        value = search_section(settings).get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**8:
+            raise ConfigError(f"search.{key}", "must be a whole number from 1 to 100000000")
+        caps[key] = value
+    return caps

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from plugins.search.content import extract_content, html_content, media_type
 from plugins.search.index import HTML_TYPES, build_document, document_rows
-from plugins.search.settings import text_processor
+from plugins.search.settings import index_caps, text_processor
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
@@ -25,13 +25,14 @@ class IndexingParsingThread(ParsingThread):
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
         self.processor = text_processor(self.settings)
+        self.caps = index_caps(self.settings)
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         if "noindex" in parsed.meta_robots:
             return None
         # The weighing is the slow part: it runs here, outside the DataManager's lock.
-        document = build_document(html_content(page.normalized_url, parsed), self.processor)
-        return document_rows(document)
+        content = html_content(page.normalized_url, parsed)
+        return document_rows(build_document(content, self.processor, **self.caps))
 
 
 class IndexingDownloadingThread(DownloadingThread):
@@ -41,9 +42,10 @@ class IndexingDownloadingThread(DownloadingThread):
     def __init__(self, manager: ApplicationManager, index: int) -> None:
         super().__init__(manager, index)
         self.processor = text_processor(self.settings)
+        self.caps = index_caps(self.settings)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
         if result.error or result.status != 200 or media_type(result.content_type) in HTML_TYPES:
             return None
         content = extract_content(page.normalized_url, result.body, result.content_type)
-        return document_rows(build_document(content, self.processor))
+        return document_rows(build_document(content, self.processor, **self.caps))

@@ -1,21 +1,33 @@
-"""The search web page (``rccrawler serve``): a query box, ranked hits, paging and
-"search within these results" (SPEC §7), on the standard library's http.server."""
+"""The search web application (``rccrawler serve``): a Flask WSGI app run by waitress.
+
+Pages: ``/`` (query box, ranked hits with highlighted snippets, paging, "search
+within these results" with a breadcrumb) and ``GET /api/search?q=…&page=…&within=…``
+(the same as JSON). The app is a plain WSGI callable, so gunicorn or any WSGI server
+can mount it too (see :func:`create_app` and the README).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
-from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlencode, urlsplit
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from plugins.search.query import QueryEvaluator
+from flask import Flask, jsonify, render_template, request
+from markupsafe import Markup
+
+from plugins.search.query import QueryError, QueryEvaluator
 from rccrawler.exceptions import RCCrawlerError
-from rccrawler.loopback import serving
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
+
+    from flask.typing import ResponseReturnValue
+    from werkzeug.wrappers import Response
 
     from plugins.search.index import SearchIndex
     from plugins.search.processing import TextProcessor
@@ -24,135 +36,284 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 10
-MAX_HITS = 1000
-"""Hits ranked for one query at most (the pages of a result list are cut from them)."""
+MAX_WITHIN = 8
+"""Searches within searches, at most this many levels deep."""
+MAX_PAGE = 10**6
+"""Past this page number only the hits are counted: no result list is that long."""
+MAX_CONCURRENT = 8
+"""Queries evaluated at once; more wait up to QUEUE_WAIT_S, then get a 503."""
+QUEUE_WAIT_S = 10.0
+SERVER_THREADS = 16
 
-_STYLE = """
-body { font-family: sans-serif; max-width: 50em; margin: 2em auto; padding: 0 1em; }
-input[name=q] { width: 70%; font-size: 1.1em; }
-.hit { margin: 1em 0; } .hit .url { color: #060; font-size: .9em; }
-.hit .summary { margin: .2em 0; } .error { color: #a00; } nav a { margin-right: 1em; }
-"""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names a loopback-bound server answers to: anything else may be DNS rebinding."""
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
 
 
-def effective_query(query: str, within: str) -> str:
-    """The query to run: the new one, or both when searching within the last results."""
-    query, within = query.strip(), within.strip()
-    if within and query:
-        return f"({within}) AND ({query})"
-    return query or within
+class BadRequest(Exception):
+    """A parameter the page or the API cannot use: a 400 with this message."""
 
 
-class SearchHTTPServer(ThreadingHTTPServer):
-    """Answers ``GET /?q=…&page=…&within=…`` from one open index.
+class Busy(Exception):
+    """Every query slot stayed taken for QUEUE_WAIT_S."""
+
+    message = "the server is answering too many queries at once: try again shortly"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One page of results for a query, within a chain of earlier queries."""
+
+    query: str
+    within: list[str]
+    page: int
+    page_size: int
+    total: int = 0
+    hits: list[Hit] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.page_size))
+
+    @property
+    def first(self) -> int:
+        return (self.page - 1) * self.page_size + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "within": self.within,
+            "page": self.page,
+            "page_size": self.page_size,
+            "pages": self.pages,
+            "total": self.total,
+            "took_ms": round(self.seconds * 1000, 2),
+            "hits": [
+                {"rank": self.first + i, **hit.as_dict(), "snippet_html": hit.snippet.html()}
+                for i, hit in enumerate(self.hits)
+            ],
+        }
+
+
+def effective_query(query: str, within: list[str]) -> str:
+    """The query to run: the new one within each earlier one ("search within")."""
+    parts = [q.strip() for q in [*within, query] if q.strip()]
+    if len(parts) == 1:
+        return parts[0]
+    return " AND ".join(f"({part})" for part in parts)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(
+    data: SearchIndex,
+    processor: TextProcessor,
+    *,
+    page_size: int = PAGE_SIZE,
+    max_concurrent: int = MAX_CONCURRENT,
+    allowed_hosts: frozenset[str] | None = None,
+) -> Flask:
+    """The search application over one open index.
 
     Args:
-        address: (host, port) to listen on; port 0 picks a free one.
-        data: the index, opened read-only (its lock makes it safe across requests).
+        data: the index, opened read-only (its lock makes it safe across threads).
         processor: the content processor the index was built with.
         page_size: hits per page.
+        max_concurrent: queries evaluated at once (the rest wait, then get a 503).
+        allowed_hosts: host names (no port) accepted in the ``Host`` header; None
+            accepts any (a proxy in front checks it).
     """
+    app = Flask(__name__)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    slots = threading.BoundedSemaphore(max_concurrent)
 
-    daemon_threads = True
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        data: SearchIndex,
-        processor: TextProcessor,
-        page_size: int = PAGE_SIZE,
-    ) -> None:
-        super().__init__(address, _Handler)
-        self.data = data
-        self.processor = processor
-        self.page_size = page_size
-
-    def render(self, params: dict[str, list[str]]) -> str:
-        query = params.get("q", [""])[0]
-        within = params.get("within", [""])[0] if params.get("cascade") else ""
+    def answer(args: Any) -> Answer:
+        query = args.get("q", "")
+        within = args.getlist("w") if args.get("cascade") else args.getlist("within")
+        within = [w for w in within if w.strip()]
+        if len(within) > MAX_WITHIN:
+            raise BadRequest(f"searches within searches go {MAX_WITHIN} levels deep at most")
         try:
-            page = max(1, int(params.get("page", ["1"])[0]))
+            page = int(args.get("page", "1"))
         except ValueError:
-            page = 1
+            raise BadRequest("page must be a whole number") from None
+        if page < 1:
+            raise BadRequest("page must be 1 or more")
         full = effective_query(query, within)
-        hits: list[Hit] = []
+        if not full:
+            raise BadRequest("a query is required (parameter q)")
+        # Past MAX_PAGE only the count is computed (the page is empty anyway).
+        limit, offset = (0, 0) if page > MAX_PAGE else (page_size, (page - 1) * page_size)
+        if not slots.acquire(timeout=QUEUE_WAIT_S):
+            raise Busy
+        started = time.perf_counter()
+        try:
+            found = QueryEvaluator(data, processor).results(full, limit, offset)
+        except QueryError as exc:
+            raise BadRequest(str(exc)) from exc
+        finally:
+            slots.release()
+        seconds = time.perf_counter() - started
+        return Answer(query.strip(), within, page, page_size, found.total, found.hits, seconds)
+
+    @app.before_request
+    def check_host() -> ResponseReturnValue | None:
+        if allowed_hosts is None:
+            return None
+        host = request.host.lower()
+        name = host[1 : host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+        if name not in allowed_hosts:
+            return _plain(f"this server does not answer to Host {name!r}", 400)
+        return None
+
+    @app.after_request
+    def secure(response: Response) -> Response:
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @app.get("/")
+    def page() -> ResponseReturnValue:
+        result: Answer | None = None
         error = ""
-        if full:
+        if request.args.get("q", "").strip():
             try:
-                hits = QueryEvaluator(self.data, self.processor).search(full, MAX_HITS)
-            except RCCrawlerError as exc:
+                result = answer(request.args)
+            except BadRequest as exc:
                 error = str(exc)
-        return _page(full, hits, page, self.page_size, error, shown=query if not within else "")
+            except Busy:
+                error = Busy.message
+        status = 503 if error == Busy.message else 200
+        return render_template(
+            "search.html",
+            query=request.args.get("q", ""),
+            result=result,
+            error=error,
+            breadcrumb=_breadcrumb(result),
+            snippet=lambda hit: Markup(hit.snippet.html()),
+        ), status
+
+    @app.get("/api/search")
+    def api() -> ResponseReturnValue:
+        try:
+            return jsonify(answer(request.args).as_dict())
+        except BadRequest as exc:
+            return jsonify({"error": str(exc)}), 400
+        except Busy:
+            return jsonify({"error": Busy.message}), 503
+
+    @app.errorhandler(RCCrawlerError)
+    def failed(exc: RCCrawlerError) -> ResponseReturnValue:
+        logger.error("search failed: %s", exc)
+        return _plain(f"the index cannot be read: {exc}", 503)
+
+    return app
 
 
-def _page(full: str, hits: list[Hit], page: int, size: int, error: str, *, shown: str) -> str:
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>",
-        escape(f"{full} – rccrawler search" if full else "rccrawler search"),
-        f"</title><style>{_STYLE}</style></head><body><h1>Search</h1>",
-        "<form method='get' action='/' id='search'>",
-        f"<input name='q' value='{escape(shown)}' autofocus aria-label='query'> ",
-        "<button type='submit'>Search</button>",
-    ]
-    if full and hits:
-        parts += [
-            f"<input type='hidden' name='within' value='{escape(full)}'>",
-            "<label><input type='checkbox' name='cascade' value='1' id='cascade'> "
-            "search within these results</label>",
-        ]
-    parts.append("</form>")
-    if error:
-        parts.append(f"<p class='error'>{escape(error)}</p>")
-    elif full:
-        pages = max(1, -(-len(hits) // size))
-        page = min(page, pages)
-        chosen = hits[(page - 1) * size : page * size]
-        first = (page - 1) * size + 1
-        if hits:
-            parts.append(
-                f"<p id='count'>Results {first}–{first + len(chosen) - 1} of {len(hits)} "
-                f"for <b>{escape(full)}</b></p>"
-            )
-        else:
-            parts.append(f"<p id='count'>No results for <b>{escape(full)}</b></p>")
-        parts.append(f"<ol class='hits' start='{first}'>")
-        for hit in chosen:
-            parts.append(
-                f"<li class='hit'><a class='title' href='{escape(hit.url)}'>"
-                f"{escape(hit.title or hit.url)}</a><div class='url'>{escape(hit.url)}</div>"
-                f"<p class='summary'>{escape(hit.summary)}</p></li>"
-            )
-        parts.append("</ol><nav>")
-        for label, number in (("Previous", page - 1), ("Next", page + 1)):
-            if 1 <= number <= pages:
-                link = "/?" + urlencode({"q": full, "page": number})
-                parts.append(f"<a rel='{label[:4].lower()}' href='{escape(link)}'>{label}</a>")
-        parts.append(f"<span>page {page} of {pages}</span></nav>")
-    parts.append("</body></html>")
-    return "".join(parts)
+def _plain(text: str, status: int) -> ResponseReturnValue:
+    return text + "\n", status, {"Content-Type": "text/plain; charset=utf-8"}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: SearchHTTPServer
+def _breadcrumb(result: Answer | None) -> list[tuple[str, dict[str, Any]]]:
+    """(label, link parameters) for each query of the chain; the last is the current."""
+    if result is None or not result.within:
+        return []
+    chain = [*result.within, result.query]
+    return [(q, {"q": q, "within": chain[:i]}) for i, q in enumerate(chain)]
 
-    def do_GET(self) -> None:
-        split = urlsplit(self.path)
-        if split.path != "/":
-            self.send_error(404)
-            return
-        body = self.server.render(parse_qs(split.query)).encode("utf-8")
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:
-        logger.info("%s " + format, self.address_string(), *args)
+def app_for(config: str | Path, *, allowed_hosts: Iterable[str] | None = None) -> Flask:
+    """The search app over the saved index of the crawl that ``config`` describes, for
+    another WSGI server (``gunicorn 'plugins.search.web:app_for("search.yaml")'``).
+
+    The index stays open, read-only, for the life of the process.
+    """
+    from plugins.search.manager import SearchManager
+    from plugins.search.settings import text_processor
+    from rccrawler.manager import load_settings
+
+    _cls, settings = load_settings(config)
+    data = SearchManager.load_index(settings)
+    hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
+    return create_app(data, text_processor(settings), allowed_hosts=hosts)
+
+
+def make_server(
+    app: Flask, host: str, port: int, threads: int = SERVER_THREADS, socket_map: Any = None
+) -> Any:
+    """A waitress server for ``app`` (no ``Server`` banner); port 0 picks a free one.
+    Its sockets go in ``socket_map``, so its owner can run and close them."""
+    from waitress import create_server
+
+    return create_server(app, map=socket_map, host=host, port=port, threads=threads, ident="")
+
+
+def shut(server: Any, socket_map: dict[Any, Any]) -> None:
+    """Stop a waitress server whose loop no longer runs: its worker threads, then every
+    socket (listening, trigger, connections)."""
+    from waitress import wasyncore
+
+    server.task_dispatcher.shutdown()
+    wasyncore.close_all(socket_map)
+
+
+def serve(data: SearchIndex, processor: TextProcessor, host: str, port: int) -> None:
+    """Run the search page with waitress until Ctrl-C.
+
+    Bound to a loopback address, it answers only to loopback Host names, which a
+    DNS-rebinding page cannot send.
+    """
+    allowed = LOOPBACK_NAMES if is_loopback(host) else None
+    # Requests queued behind busy threads are expected under load (the query slots are
+    # the limit): waitress would log a warning for each.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    socket_map: dict[Any, Any] = {}
+    app = create_app(data, processor, allowed_hosts=allowed)
+    server = make_server(app, host, port, socket_map=socket_map)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"search page on http://{shown}:{server.effective_port}/ (Ctrl-C ends it)", flush=True)
+    try:
+        server.run()
+    finally:
+        shut(server, socket_map)
 
 
 @contextlib.contextmanager
-def running_server(server: SearchHTTPServer) -> Iterator[SearchHTTPServer]:
-    """Serve in a background thread until the block ends (tests, embedding)."""
-    with serving(server, "search-page") as running:
-        yield running
+def running(app: Flask, host: str = "127.0.0.1") -> Iterator[Any]:
+    """Serve ``app`` with waitress in a background thread until the block ends."""
+    from waitress import wasyncore
+
+    socket_map: dict[Any, Any] = {}
+    server = make_server(app, host, 0, socket_map=socket_map)
+    stop = threading.Event()
+
+    def loop() -> None:
+        # Short polls, so the loop sees ``stop`` and nothing closes a socket under it.
+        while not stop.is_set():
+            wasyncore.loop(timeout=0.05, map=socket_map, count=1)
+
+    thread = threading.Thread(target=loop, name="search-page", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        thread.join(5)
+        shut(server, socket_map)
