@@ -327,3 +327,41 @@ def test_a_second_interrupt_stops_at_once_and_the_state_still_resumes(serve, tmp
     final = run(config, timeout=TAKEOVER_S + 10)  # about 5 s of requests
     assert final.returncode == 0, final.stderr
     assert len(read_graph(tmp_path / "output")[0]) == 40
+
+
+def test_a_state_on_a_read_only_disk_can_still_be_read(serve, tmp_path):
+    """status, search and words read a state they cannot write (SQLite mode=ro), on a
+    tmpfs remounted read-only (root only: root writes through file modes)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
+    try:
+        server = serve({"a.test": {
+            "/": Resource(b"<title>Zebra home</title><a href='/b'>b</a>"),
+            "/b": Resource(b"<title>Okapi page</title><p>okapi forest</p>"),
+        }})  # fmt: skip
+        runner = CrawlRunner(folder)
+        config = runner.settings_file(["a.test"], server.resolve,
+                                      manager="plugins.search.SearchManager")  # fmt: skip
+        copy = tmp_path / "settings.yaml"
+        copy.write_text(config.read_text())  # the settings stay readable elsewhere
+        assert run(copy).returncode == 0
+        remount = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True)
+        assert remount.returncode == 0, remount.stderr
+        status = run(copy, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["sites"][0]["done"] == 2
+        found = run(copy, "search", "okapi", "--json")
+        assert found.returncode == 0, found.stderr
+        assert [json.loads(line)["url"] for line in found.stdout.splitlines()] == [
+            "http://a.test/b"
+        ]
+        words = run(copy, "words", "zeb")
+        assert words.returncode == 0 and "zebra" in words.stdout, words.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -17,6 +17,7 @@ fetches again only pages whose committed state says they were in flight.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections import Counter, defaultdict, deque
@@ -172,11 +173,15 @@ class SQLiteDataManager(SQLDataManager):
     def open(self) -> None:
         try:
             if self.read_only:
-                # mode=ro: a state on a read-only disk (or of another user) can still be read.
+                # mode=ro: a state of another user can still be read. On a read-only
+                # disk SQLite cannot make the WAL's shared-memory file either: nobody can
+                # write there, so the file is read as immutable.
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                if not os.access(self.path.parent, os.W_OK):
+                    uri += "&immutable=1"
                 db = sqlite3.connect(
-                    f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                    check_same_thread=False, isolation_level=None, timeout=30,
-                )  # fmt: skip
+                    uri, uri=True, check_same_thread=False, isolation_level=None, timeout=30
+                )
             else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 db = sqlite3.connect(
