@@ -23,9 +23,9 @@ import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 import psycopg
 from psycopg import sql
@@ -37,20 +37,18 @@ from rccrawler.data.sql import (
     Cursor,
     LeaseLost,
     SQLDataManager,
-    StateCounts,
-    crawl_stats,
+    StorageOptions,
     host_from_row,
-    host_stats,
     page_from_row,
     state_error,
 )
+from rccrawler.data.stats import StateCounts, snapshot
 from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
 from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
 
 if TYPE_CHECKING:
     from rccrawler.data.tables import TaskTable
-    from rccrawler.policy import CrawlLimits
 
 logger = logging.getLogger(__name__)
 
@@ -142,24 +140,16 @@ class PostgresDataManager(SQLDataManager):
         url: str,
         schema: str,
         *,
-        limits: CrawlLimits | None = None,
-        task_tables: Sequence[TaskTable] = (),
         partitions: int = DEFAULT_PARTITIONS,
-        read_only: bool = False,
         download_slots: int = 8,
-        max_pending_bytes: int = 8 * 1024 * 1024,
-        clock: Callable[[], float] = time.time,
+        **options: Unpack[StorageOptions],
     ) -> None:
-        super().__init__(
-            limits=limits, task_tables=task_tables, max_pending_bytes=max_pending_bytes
-        )
+        super().__init__(**options)
         self.url = url
         self.schema = schema
         self.partitions = partitions
-        self.read_only = read_only
         self.download_slots = max(1, download_slots)
         self.max_pending_pages = self.download_slots
-        self.clock = clock
         self.owner = uuid.uuid4().hex
         """This worker's token: on its hosts, its pages and its row in ``workers``."""
         self.lock_key = random.randrange(1, 2**62)
@@ -793,7 +783,7 @@ class PostgresDataManager(SQLDataManager):
                 elif kind in ("duplicates", "aliases", "bytes"):
                     setattr(c, kind, int(n))
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
-            stats, all_counts = [], []
+            sites = []
             pending = 0
             for row in host_rows:
                 data = host_from_row(row[:-1])
@@ -808,10 +798,9 @@ class PostgresDataManager(SQLDataManager):
                 if held is not None:
                     data = replace(held.data, stop_reason=data.stop_reason,
                                    finished_at=data.finished_at)  # fmt: skip
-                all_counts.append(c)
-                stats.append(host_stats(data, c, parsing=parsing))
+                sites.append((data, c, parsing))
             self._robots_pending = pending
-            self._stats = crawl_stats(stats, all_counts, self.clock())
+            self._stats = snapshot(sites, self.clock())
             self._stats_at = time.monotonic()
             return self._stats
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
+import time
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypedDict, Unpack
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.data.tables import TaskTable, check_rows
@@ -34,11 +35,9 @@ from rccrawler.policy import (
     unique_links,
 )
 from rccrawler.records import (
-    CrawlStats,
     DownloadResult,
     FoundLink,
     HostData,
-    HostStats,
     PageData,
     PageId,
     PageState,
@@ -188,57 +187,6 @@ def host_values(host: HostData) -> list[Any]:
     return values
 
 
-@dataclass(slots=True)
-class StateCounts:
-    """One site's pages counted by state, as a backend keeps or reads them."""
-
-    by_state: dict[str, int]
-    errors: dict[str, int]
-    duplicates: int = 0
-    aliases: int = 0
-    """Redirects to a page known already: done, but not pages of their own."""
-    bytes: int = 0
-    budget_hit: bool = False
-
-
-def host_stats(host: HostData, counts: StateCounts, parsing: int = 0) -> HostStats:
-    """A site's HostStats from its counts: the one definition of each number (README)."""
-    by_state = counts.by_state
-    return HostStats(
-        host=host.host,
-        waiting=by_state.get(PageState.WAITING, 0),
-        running=by_state.get(PageState.RUNNING, 0) + parsing,
-        downloaded=max(0, by_state.get(PageState.DOWNLOADED, 0)),
-        parsing=parsing,
-        done=by_state.get(PageState.DONE, 0) - counts.duplicates - counts.aliases,
-        errors=by_state.get(PageState.ERROR, 0),
-        skipped=by_state.get(PageState.SKIPPED, 0),
-        duplicates=counts.duplicates,
-        bytes=counts.bytes,
-        crawl_delay=host.crawl_delay,
-        stop_reason=host.stop_reason,
-        robots_state=host.robots_state.value,
-        errors_by_kind=tuple(sorted((k, v) for k, v in counts.errors.items() if v)),
-        started_at=host.started_at,
-        finished_at=host.finished_at,
-        budget_hit=counts.budget_hit,
-    )
-
-
-def crawl_stats(
-    stats: Sequence[HostStats], counts: Sequence[StateCounts], now: float
-) -> CrawlStats:
-    """The whole crawl's snapshot from its sites' numbers."""
-    return CrawlStats(
-        hosts=tuple(stats),
-        pages_done=sum(c.by_state.get(PageState.DONE, 0) - c.aliases for c in counts),
-        downloading=sum(h.running - h.parsing for h in stats),
-        parsing=sum(h.parsing for h in stats),
-        bytes=sum(c.bytes for c in counts),
-        taken_at=now,
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A page this process holds, locked for one write, with what the rules need."""
@@ -249,6 +197,21 @@ class Claim:
     """Pages the site has admitted so far (the max_pages budget)."""
     now: float
     """The storage's clock."""
+
+
+class StorageOptions(TypedDict, total=False):
+    """What every backend's constructor takes besides where its state lives."""
+
+    limits: CrawlLimits | None
+    """The crawl's numbers (budget, attempts, redirects)."""
+    task_tables: Sequence[TaskTable]
+    """Tables a crawl task keeps its per-page results in."""
+    read_only: bool
+    """Only read (``status``, ``search`` beside a running crawl): nothing is written."""
+    max_pending_bytes: int
+    """Downloaded bodies waiting for a parser, at most; downloads pause beyond it."""
+    clock: Callable[[], float]
+    """Wall-clock time source (tests may pass their own)."""
 
 
 class LeaseLost(Exception):
@@ -270,16 +233,12 @@ class SQLDataManager(DataManager):
     text_order: ClassVar[str] = ""
     """A collation clause that sorts text by bytes (SQLite's default already does)."""
 
-    def __init__(
-        self,
-        *,
-        limits: CrawlLimits | None = None,
-        task_tables: Sequence[TaskTable] = (),
-        max_pending_bytes: int = 8 * 1024 * 1024,
-    ) -> None:
-        self.limits = limits or CrawlLimits()
-        self.task_tables = {table.name: table for table in task_tables}
-        self.max_pending_bytes = max_pending_bytes
+    def __init__(self, **options: Unpack[StorageOptions]) -> None:
+        self.limits = options.get("limits") or CrawlLimits()
+        self.task_tables = {table.name: table for table in options.get("task_tables", ())}
+        self.max_pending_bytes = options.get("max_pending_bytes", 8 * 1024 * 1024)
+        self.read_only = options.get("read_only", False)
+        self.clock = options.get("clock", time.time)
         self._lock = threading.Lock()
         # Idle threads wait on these; a commit wakes as many as it made work for.
         self._download_ready = threading.Condition(self._lock)

@@ -21,10 +21,10 @@ import os
 import sqlite3
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 from rccrawler.data.sql import (
     HOST_COLUMNS,
@@ -34,15 +34,14 @@ from rccrawler.data.sql import (
     Claim,
     Cursor,
     SQLDataManager,
-    StateCounts,
-    crawl_stats,
+    StorageOptions,
     host_from_row,
-    host_stats,
     page_from_row,
     state_error,
 )
+from rccrawler.data.stats import StateCounts, snapshot
 from rccrawler.exceptions import StateError
-from rccrawler.policy import CrawlLimits, breadth_first_allows
+from rccrawler.policy import breadth_first_allows
 from rccrawler.records import (
     CrawlStats,
     HostData,
@@ -54,7 +53,7 @@ from rccrawler.records import (
 )
 
 if TYPE_CHECKING:
-    from rccrawler.data.tables import TaskTable
+    pass
 
 STATE_FILE = "crawl.sqlite3"
 """The database of a crawl in its state_dir (with its -wal and -shm companions)."""
@@ -133,25 +132,13 @@ class SQLiteDataManager(SQLDataManager):
     """Waiting pages of a site leased from the database at once."""
 
     def __init__(
-        self,
-        path: Path,
-        *,
-        limits: CrawlLimits | None = None,
-        task_tables: Sequence[TaskTable] = (),
-        synchronous: str = "NORMAL",
-        read_only: bool = False,
-        max_pending_bytes: int = 8 * 1024 * 1024,
-        clock: Callable[[], float] = time.time,
+        self, path: Path, *, synchronous: str = "NORMAL", **options: Unpack[StorageOptions]
     ) -> None:
-        super().__init__(
-            limits=limits, task_tables=task_tables, max_pending_bytes=max_pending_bytes
-        )
+        super().__init__(**options)
         self.path = Path(path)
-        self.clock = clock
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad synchronous mode {synchronous!r}")
         self.synchronous = synchronous.upper()
-        self.read_only = read_only
         self._robots_pending = 0
         """Hosts whose robots.txt is PENDING (read without the lock as a hint)."""
         self._due_in_s = 0.0
@@ -607,9 +594,8 @@ class SQLiteDataManager(SQLDataManager):
     # -- reading ---------------------------------------------------------
     def statistics(self) -> CrawlStats:
         with self._lock:
-            stats, counts = [], []
+            sites = []
             for name, host in self._hosts.items():
-                c = self._counters[name].counts()
-                counts.append(c)
-                stats.append(host_stats(host, c, parsing=c.by_state.get(PageState.PARSING, 0)))
-            return crawl_stats(stats, counts, self.clock())
+                counts = self._counters[name].counts()
+                sites.append((host, counts, counts.by_state.get(PageState.PARSING, 0)))
+            return snapshot(sites, self.clock())
