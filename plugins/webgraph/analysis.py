@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from rccrawler.unloaders import shared_result
@@ -106,16 +107,24 @@ def analyse(
     rank = array("d", [1.0 / count]) * count
     # Each arc carries rank[source] / out_degree[source]; precompute 1 / out_degree.
     share = array("d", [1.0 / d if d else 0.0 for d in out_degree])
+    # Each node gathers what its in-links send with one C-level itemgetter call a round,
+    # instead of a Python step per arc (a site has ten or more arcs per node).
+    incoming: list[list[int]] = [[] for _ in range(count)]
+    for s, t in zip(sources, targets, strict=True):
+        incoming[t].append(s)
+    gathers = [itemgetter(*found, found[0]) if found else None for found in incoming]
     iterations = 0
     while iterations < max_iterations:
         iterations += 1
         lost = sum(rank[i] for i in dangling)
         base = (1.0 - damping + damping * lost) / count
-        new = array("d", [base]) * count
         # What each node sends along each of its arcs this round.
-        send = array("d", [damping * r * f for r, f in zip(rank, share, strict=True)])
-        for s, t in zip(sources, targets, strict=True):
-            new[t] += send[s]
+        send = [damping * r * f for r, f in zip(rank, share, strict=True)]
+        new = array(
+            "d",
+            # The getter repeats its first source at the end, so it always returns a tuple.
+            (base + sum(gather(send)[:-1]) if gather else base for gather in gathers),
+        )
         change = sum(abs(a - b) for a, b in zip(new, rank, strict=True))
         rank = new
         if change < tolerance:
