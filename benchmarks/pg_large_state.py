@@ -3,7 +3,7 @@
     python benchmarks/pg_large_state.py [--pages 250000 1000000] [--hosts 200] [--repeat 5]
 
 Builds a synthetic crawl state straight in PostgreSQL (127.0.0.1:5432, database test):
---hosts sites, --pages pages spread evenly over them (80% done, 20% waiting), two arcs
+--hosts sites, --pages pages spread evenly over them (80% done; the sites whose number ends in 4 or 9 are all waiting), two arcs
 per done page, a skipped link per two pages, and the counters that go with them. Then
 times, as medians of --repeat calls with their range:
 
@@ -134,10 +134,10 @@ def measure(pages: int, hosts: int, repeat: int, folder: Path) -> dict[str, tupl
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f"SET search_path TO {data.schema}")
                 conn.execute("INSERT INTO workers VALUES (%s, 424242, 'gone', 1, 0)", (dead,))
-                conn.execute("UPDATE hosts SET owner = %s WHERE host = 'h1.test'", (dead,))
+                conn.execute("UPDATE hosts SET owner = %s WHERE host = 'h4.test'", (dead,))
                 conn.execute(
                     "UPDATE pages SET owner = %s, state = 'running' WHERE id IN (SELECT id "
-                    "FROM pages WHERE host = 'h1.test' AND state = 'waiting' LIMIT 2000)",
+                    "FROM pages WHERE host = 'h4.test' AND state = 'waiting' LIMIT 2000)",
                     (dead,),
                 )
             started = time.perf_counter()

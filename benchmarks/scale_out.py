@@ -60,7 +60,7 @@ def crawl(folder: Path, hosts: list[str], resolve: dict[str, str], workers: int)
         "sites": hosts, "storage": PG_URL, "name": f"scale-{uuid.uuid4().hex}",
         "state_dir": str(folder / "state"), "output_dir": str(folder / "out"),
         "threads": {"downloading": THREADS, "parsing": 2},
-        "crawl": {"crawl_delay_ms": 0, "max_downloads_at_time": MAX_DOWNLOADS,
+        "crawl": {"crawl_delay_ms": 0, "max_downloads_at_time": MAX_DOWNLOADS, "sitemaps": False,
                   "timeout_s": 30, "resolve": resolve},
     }  # fmt: skip
     config = folder / "settings.yaml"

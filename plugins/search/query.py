@@ -128,6 +128,10 @@ def tokenize(query: str) -> list[tuple[str, str]]:
     return tokens
 
 
+TIE_MARGIN = 50
+"""Hits read beyond the page asked for, so equal scores can be ordered by URL."""
+
+
 class QueryEvaluator:
     """Parses a query and scores the documents of one index with it.
 
@@ -161,12 +165,15 @@ class QueryEvaluator:
         scores = self.rank(self.evaluate(query))
         if not scores:
             return Results(0, [])
-        # Only the hits of the page asked for are read from the index: ties go by page
-        # id (the order pages were found in), which needs no read.
+        # Only the hits of the page asked for (and a few more, for ties) are read from
+        # the index. Ties go by URL: page ids depend on the order parsers found the
+        # pages in, which differs between runs and storage backends.
         key = [(-round(score, 4), page) for page, score in scores.items()]
         end = len(key) if limit is None else offset + limit
-        chosen = [page for _score, page in heapq.nsmallest(end, key)][offset:]
-        documents = self.data.documents(chosen)
+        near = [page for _score, page in heapq.nsmallest(end + TIE_MARGIN, key)]
+        documents = self.data.documents(near)
+        ordered = sorted(near, key=lambda page: (-round(scores[page], 4), documents[page][0]))
+        chosen = ordered[offset:end]
         texts = self.data.stored_texts(chosen)
         hits = []
         for page in chosen:
