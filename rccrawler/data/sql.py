@@ -534,6 +534,29 @@ class SQLDataManager(DataManager):
             known.update(cur.fetchall())
         return known
 
+    def _known_links(
+        self, cur: Cursor, urls: Sequence[str], level: int
+    ) -> tuple[dict[str, int], list[int]]:
+        """The pages these URLs are already (normalized URL → id), and those of them still
+        waiting deeper than ``level`` (a shorter path to them was just found)."""
+        known: dict[str, int] = {}
+        deeper: list[int] = []
+        for start in range(0, len(urls), 500):
+            chunk = urls[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            cur.execute(
+                self._sql(
+                    "SELECT u.normalized_url, u.page_id, p.state, p.level FROM urls u "
+                    f"JOIN pages p ON p.id = u.page_id WHERE u.normalized_url IN ({marks})"
+                ),
+                chunk,
+            )
+            for url, page_id, state, page_level in cur.fetchall():
+                known[url] = page_id
+                if state == PageState.WAITING and page_level > level:
+                    deeper.append(page_id)
+        return known, deeper
+
     def store_robots(
         self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
     ) -> None:
@@ -785,16 +808,16 @@ class SQLDataManager(DataManager):
             with contextlib.suppress(LeaseLost), self._transaction() as cur:
                 claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
                 unique = unique_links(links)
-                known = self._pages_of_urls(cur, list(unique))
-                admission = admit_links(unique, known, claim.admitted, self.limits)
                 level, referer = page.level + 1, page.url
+                known, deeper = self._known_links(cur, list(unique), level)
+                admission = admit_links(unique, known, claim.admitted, self.limits)
                 new_rows = [
                     (page.host, link.url, link.normalized_url, page_id, level, referer)
                     for link in admission.new
                 ]
                 new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
-                if admission.known_targets:
-                    self._lower_levels(cur, page, admission.known_targets)
+                if deeper:
+                    self._lower_levels(cur, page, deeper)
                 targets = admission.known_targets + new_ids
                 cur.executemany(
                     self._sql(
