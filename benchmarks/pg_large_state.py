@@ -3,8 +3,9 @@
     python benchmarks/pg_large_state.py [--pages 250000 1000000] [--hosts 200] [--repeat 5]
 
 Builds a synthetic crawl state straight in PostgreSQL (127.0.0.1:5432, database test):
---hosts sites, --pages pages spread evenly over them (80% done; the sites whose number ends in 4 or 9 are all waiting), two arcs
-per done page, a skipped link per two pages, and the counters that go with them. Then
+--hosts sites, --pages pages spread evenly over them (80% done: the sites whose
+number ends in 4 or 9 are all waiting), two arcs per done page, a skipped link per
+two pages, and the counters that go with them. Then
 times, as medians of --repeat calls with their range:
 
 * ``statistics()`` (what status, the live view and the finisher call);
