@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -273,14 +274,13 @@ def test_an_unwritable_state_dir_is_a_clear_error(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.fixture
-def tiny_disk(tmp_path):
-    """A 1 MiB tmpfs, so the state can really run out of space (root only)."""
-    folder = tmp_path / "tiny"
+@contextlib.contextmanager
+def tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``folder`` for the block (root only, else skip)."""
     folder.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
                              capture_output=True)  # fmt: skip
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
@@ -288,6 +288,13 @@ def tiny_disk(tmp_path):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 1 MiB tmpfs, so the state can really run out of space."""
+    with tmpfs(tmp_path / "tiny", "1m") as folder:
+        yield folder
 
 
 def test_a_full_disk_is_a_clear_error_and_the_state_stays_consistent(serve, tmp_path, tiny_disk):
@@ -332,15 +339,7 @@ def test_a_second_interrupt_stops_at_once_and_the_state_still_resumes(serve, tmp
 def test_a_state_on_a_read_only_disk_can_still_be_read(serve, tmp_path):
     """status, search and words read a state they cannot write (SQLite mode=ro), on a
     tmpfs remounted read-only (root only: root writes through file modes)."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(folder)],
-                             capture_output=True)  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr!r}")
-    try:
+    with tmpfs(tmp_path / "ro", "16m") as folder:
         server = serve({"a.test": {
             "/": Resource(b"<title>Zebra home</title><a href='/b'>b</a>"),
             "/b": Resource(b"<title>Okapi page</title><p>okapi forest</p>"),
@@ -363,5 +362,3 @@ def test_a_state_on_a_read_only_disk_can_still_be_read(serve, tmp_path):
         ]
         words = run(copy, "words", "zeb")
         assert words.returncode == 0 and "zebra" in words.stdout, words.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
