@@ -45,6 +45,11 @@ def run_cli(*args: str, cwd) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("settings", "key"), CASES, ids=[key for _, key in CASES])
 def test_bad_settings_exit_2_naming_the_key(tmp_path, settings, key):
+    assert_refused(tmp_path, settings, key)
+
+
+def assert_refused(tmp_path, settings, key) -> None:
+    """The crawl of ``settings`` exits 2 with one line naming ``key``, writing nothing."""
     path = tmp_path / "settings.yaml"
     settings = {**settings, "state_dir": str(tmp_path / "state"),
                 "output_dir": str(tmp_path / "out")}  # fmt: skip

@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
-from test_config import GOOD, run_cli
+from test_config import GOOD, assert_refused
 
 from rccrawler.config import settings_from_mapping
 from rccrawler.loopback import Resource, redirect
@@ -75,16 +74,7 @@ BAD = [
 
 @pytest.mark.parametrize(("settings", "key"), BAD, ids=[key for _, key in BAD])
 def test_bad_scope_settings_exit_2_naming_the_key(tmp_path, settings, key):
-    path = tmp_path / "settings.yaml"
-    settings = {**settings, "state_dir": str(tmp_path / "state"),
-                "output_dir": str(tmp_path / "out")}  # fmt: skip
-    path.write_text(yaml.safe_dump(settings))
-    proc = run_cli("--config", str(path), "--no-tui", cwd=tmp_path)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith(f"rccrawler: bad config: {key}:"), lines[0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.yaml"]
+    assert_refused(tmp_path, settings, key)
 
 
 def test_a_site_override_keeps_the_other_crawl_keys():
