@@ -160,6 +160,8 @@ class SiteServer(ThreadingHTTPServer):
         self.peak_in_flight: Counter[str] = Counter()
         self._in_flight: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self._hit = threading.Condition(self._lock)
+        """Notified at every request, for :meth:`wait_for_hits`."""
         self._closing = threading.Event()
         self._connections: set[socket.socket] = set()
         self._conn_threads: set[threading.Thread] = set()
@@ -217,8 +219,34 @@ class SiteServer(ThreadingHTTPServer):
 
     # -- bookkeeping ----------------------------------------------------------
 
+    def wait_for_hits(
+        self,
+        count: int,
+        host: str | None = None,
+        *,
+        timeout: float = 60.0,
+        alive: Callable[[], bool] | None = None,
+    ) -> bool:
+        """Wait until ``count`` requests (to ``host``, or to any) have arrived, woken by
+        each request rather than polling. Returns False after ``timeout`` seconds, or as
+        soon as ``alive()`` says the client is gone."""
+        deadline = time.monotonic() + timeout
+
+        def reached() -> bool:
+            return sum(1 for h in self.hits if host is None or h.host == host) >= count
+
+        with self._hit:
+            while not reached():
+                left = deadline - time.monotonic()
+                if left <= 0 or (alive is not None and not alive()):
+                    return False
+                # Woken by every request; the bound only lets alive() be asked again.
+                self._hit.wait(min(left, 0.1) if alive is not None else left)
+            return True
+
     def _enter(self, hit: Hit) -> None:
         with self._lock:
+            self._hit.notify_all()
             self.hits.append(hit)
             self._in_flight[hit.host] += 1
             self.peak_in_flight[hit.host] = max(

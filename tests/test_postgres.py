@@ -146,9 +146,7 @@ def test_a_killed_worker_s_pages_are_taken_over_at_once(serve, pg_crawler):
         crawl={"max_downloads_at_time": 4},
     )  # fmt: skip
     (victim,) = start_workers(path, 1)
-    deadline = time.monotonic() + 20
-    while len(server.hits_for("a.test")) < 12 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    server.wait_for_hits(12, "a.test", timeout=20, alive=lambda: victim.poll() is None)
     victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=5)  # reaps it and closes its pipe
     killed_at = time.monotonic()
@@ -175,9 +173,7 @@ def test_stop_resume_identity_and_fresh(serve, pg_crawler):
     server = serve({"a.test": generated_site("a.test", 300, fanout=5)})
     path = pg_crawler.settings_file(["a.test"], server.resolve)
     (worker,) = start_workers(path, 1)
-    deadline = time.monotonic() + 20
-    while len(server.hits) < 60 and time.monotonic() < deadline:
-        time.sleep(0.002)
+    server.wait_for_hits(60, timeout=20, alive=lambda: worker.poll() is None)
     worker.send_signal(signal.SIGTERM)
     _out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
@@ -210,10 +206,7 @@ def test_rccrawler_stop_reaches_every_worker_through_the_database(serve, pg_craw
     server = serve({"a.test": site})
     path = pg_crawler.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 20})
     workers = start_workers(path, 2)
-    deadline = time.monotonic() + 30
-    while len(server.hits) < 20:
-        assert time.monotonic() < deadline, "the workers did not start crawling"
-        time.sleep(0.01)
+    assert server.wait_for_hits(20, timeout=30), "the workers did not start crawling"
     stop = subprocess.run([sys.executable, "-m", "rccrawler", "stop", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert stop.returncode == 0, stop.stderr

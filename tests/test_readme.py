@@ -7,7 +7,6 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -106,10 +105,10 @@ def test_crawling_your_own_sites_runs_as_written(serve, tmp_path):
     args = [sys.executable, "-m", "rccrawler", *shlex.split(crawl)[1:], "-q"]
     with subprocess.Popen(args, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as running:  # fmt: skip
-        deadline = time.monotonic() + 120
-        while len(server.hits_for("docs.example.org")) < 230:  # 200 quick, 30 of this one
-            assert running.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        # 200 requests of the quick crawl, then 30 of this one.
+        assert server.wait_for_hits(
+            230, "docs.example.org", timeout=120, alive=lambda: running.poll() is None
+        )
         shown = rccrawler(status, tmp_path)
         assert shown.returncode == 0 and "docs.example.org" in shown.stdout
         assert "running" in shown.stdout

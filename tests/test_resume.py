@@ -57,14 +57,12 @@ def kill9(proc: subprocess.Popen[str]) -> None:
 
 
 def wait_for_hits(server, count: int, proc: subprocess.Popen[str], limit: float = 60) -> None:
-    deadline = time.monotonic() + limit
-    while len(server.hits) < count:
-        if proc.poll() is not None:
-            raise AssertionError(f"the crawl ended early: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            kill9(proc)  # a failed test leaves no crawl running behind it
-            raise AssertionError(f"only {len(server.hits)} requests after {limit} s")
-        time.sleep(0.002)
+    if server.wait_for_hits(count, timeout=limit, alive=lambda: proc.poll() is None):
+        return
+    if proc.poll() is not None:
+        raise AssertionError(f"the crawl ended early: {proc.communicate()}")
+    kill9(proc)  # a failed test leaves no crawl running behind it
+    raise AssertionError(f"only {len(server.hits)} requests after {limit} s")
 
 
 def graph_by_url(result) -> tuple[set[str], set[tuple[str, str]]]:
