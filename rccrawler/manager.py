@@ -13,23 +13,23 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from rccrawler.config import Settings, read_settings_file, settings_from_mapping
+from rccrawler.data.runlog import RunLog
 from rccrawler.data.sql import SQLDataManager
 from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.data.storage import create_storage, discard_storage, is_shared
 from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import ConfigError, StateError
-from rccrawler.fetch import Fetcher
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
 from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.records import HostData
-from rccrawler.runlog import RunLog
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
-from rccrawler.traps import QueryVariantLimit
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
-from rccrawler.urls import host_of, normalize_url, request_url
+from rccrawler.web.fetch import Fetcher
+from rccrawler.web.traps import QueryVariantLimit
+from rccrawler.web.urls import host_of, normalize_url, request_url
 
 if TYPE_CHECKING:
     from rccrawler.threads.base import CrawlerThread

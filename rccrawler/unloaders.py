@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from rccrawler.data.runlog import RunLog
 from rccrawler.records import PageData, PageId, PageState
-from rccrawler.runlog import RunLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence

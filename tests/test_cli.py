@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 import yaml
+from support.sites import generated_site
 from webserver import Resource, redirect
 
 from rccrawler import __version__
-from rccrawler.runlog import RunLog
-from rccrawler.sample_sites import generated_site
+from rccrawler.data.runlog import RunLog
 
 RUN_TIMEOUT = 120
 """Only a guard against a hung crawl; no test asserts how fast anything is."""

@@ -15,9 +15,9 @@ from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
     from rccrawler.manager import ApplicationManager
     from rccrawler.records import PageData
+    from rccrawler.web.html import ParsedPage
 
 CONTACTS = TaskTable(
     "contacts_found",

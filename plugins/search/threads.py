@@ -12,9 +12,9 @@ from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
     from rccrawler.manager import ApplicationManager
     from rccrawler.records import DownloadResult, PageData
+    from rccrawler.web.html import ParsedPage
 
 
 class IndexingParsingThread(ParsingThread):

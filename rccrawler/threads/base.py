@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.exceptions import StateError
-from rccrawler.robots import RobotsRules
+from rccrawler.web.robots import RobotsRules
 
 if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from rccrawler.policy import scope_skip
 from rccrawler.records import DownloadResult, FoundLink, PageData, SkippedLink, SkipReason
-from rccrawler.robots import RobotsRules, cut_robots_body
-from rccrawler.sitemaps import parse_sitemap, sitemap_seeds
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import (
+from rccrawler.web.robots import RobotsRules, cut_robots_body
+from rccrawler.web.sitemaps import parse_sitemap, sitemap_seeds
+from rccrawler.web.urls import (
     link_scope,
     named_authorities,
     normalize_url,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-from rccrawler.html import ParsedPage, parse_html
 from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import link_scope, normalize_url, request_url
+from rccrawler.web.html import ParsedPage, parse_html
+from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows

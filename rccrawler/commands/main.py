@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
-from rccrawler.safetext import (
+from rccrawler.ui.safetext import (
     TerminalSafeFormatter,
     TerminalSafeLogRecord,
     json_terminal_safe,
@@ -225,7 +225,7 @@ def quick_crawl_command(
     from rccrawler.loading import load_class
     from rccrawler.manager import ApplicationManager
     from rccrawler.unloaders import host_file_stem
-    from rccrawler.urls import host_of, site_start_url
+    from rccrawler.web.urls import host_of, site_start_url
 
     try:
         first = host_of(site_start_url(urls[0]))
@@ -264,8 +264,8 @@ def start_crawl(
     tui: bool | None = None,
 ) -> int:
     """Build the crawl's manager, discard its own files first with ``--fresh``, run it."""
+    from rccrawler.commands.fresh import start_fresh
     from rccrawler.config import check_writable_dirs
-    from rccrawler.fresh import start_fresh
 
     check_writable_dirs(settings)
     manager = manager_cls(settings)
