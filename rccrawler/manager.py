@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from http.cookiejar import LWPCookieJar
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
@@ -21,7 +22,6 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
-from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.records import HostData
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
@@ -32,6 +32,9 @@ from rccrawler.web.traps import QueryVariantLimit
 from rccrawler.web.urls import host_of, normalize_url, request_url
 
 if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Mapping
+
     from rccrawler.threads.base import CrawlerThread
 
 logger = logging.getLogger(__name__)
@@ -73,6 +76,22 @@ def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]
     return manager_cls, settings
 
 
+@dataclass(frozen=True)
+class TaskCommand:
+    """A subcommand a task adds to the command line: ``rccrawler NAME --config FILE ...``.
+
+    The command line knows it once it has read the settings that name the task.
+    """
+
+    help: str
+    """One line for ``--help``."""
+    run: Callable[[type[ApplicationManager], Settings, argparse.Namespace], int]
+    """Does the work with the task's class, its settings and the parsed arguments;
+    returns the exit code (see rccrawler.commands)."""
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    """Adds the command's own arguments to its parser (``--config`` is there already)."""
+
+
 class ApplicationManager:
     """Runs one crawl: builds the DataManager, starts and joins the threads,
     asks the finisher when it is over and runs the unloaders.
@@ -97,6 +116,8 @@ class ApplicationManager:
     """SQLite's synchronous mode: NORMAL survives a killed process, FULL a power cut too."""
     settings_sections: ClassVar[tuple[str, ...]] = ()
     """Extra top-level settings keys this task reads (validated by check_settings)."""
+    commands: ClassVar[Mapping[str, TaskCommand]] = {}
+    """The subcommands this task adds to the command line (``search``, ``serve``...)."""
     cookie_save_interval: ClassVar[float] = 1.0
     """Seconds at least between two saves of the cookie jar during a crawl."""
 
@@ -166,24 +187,6 @@ class ApplicationManager:
                 load_class(key, path, base)
         for index, path in enumerate(settings.unloaders or ()):
             load_class(f"unloaders[{index}]", path, ResultUnloader)
-
-    @classmethod
-    def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:
-        """Hook for ``rccrawler search``: ranked hits (url, title, summary, score) of a
-        query over the saved state. None (the default) means this task has no search."""
-        return None
-
-    @classmethod
-    def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]] | None:
-        """Hook for ``rccrawler words``: indexed words starting with ``prefix`` and their
-        document counts. None (the default) means this task has no index."""
-        return None
-
-    @classmethod
-    def serve(cls, settings: Settings, host: str, port: int) -> bool:
-        """Hook for ``rccrawler serve``: run the search web page until interrupted.
-        False (the default) means this task has no search page."""
-        return False
 
     # -- paths -------------------------------------------------------------
     @property
@@ -352,9 +355,7 @@ class ApplicationManager:
         Returns:
             True when the crawl finished, False when it was stopped (resumable).
         """
-        tune_malloc()
         self.open()
-        tune_gc()
         self._started = time.monotonic()
         run_log = RunLog(self.state_dir)
         run_log.begin()
