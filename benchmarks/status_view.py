@@ -87,7 +87,7 @@ def crawl_once(config: Path, *, with_view: bool) -> tuple[int, float, float]:
     try:
         if with_view:
             view = StatusView.for_manager(manager, file=devnull, width=120, height=40)
-            manager.view = view
+            manager.status = view
             view.start()
         finished = manager.run()
     finally:

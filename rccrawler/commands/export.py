@@ -11,7 +11,8 @@ def export_command(config: str) -> int:
     """Write the output files of a stopped or running crawl from its saved state, read
     the way ``status`` reads it: a running crawl goes on undisturbed."""
     from rccrawler.data.storage import is_shared, open_storage
-    from rccrawler.manager import load_settings, state_in_use
+    from rccrawler.manager import load_settings
+    from rccrawler.state import state_in_use
 
     manager_cls, settings = load_settings(config)
     manager = manager_cls(settings)

@@ -56,7 +56,7 @@ def run_manager(
         from rccrawler.ui.status import StatusView
 
         view = StatusView.for_manager(manager)
-        manager.view = view
+        manager.status = view
     tune_malloc()
     tune_gc()
     with stop_on_signals(manager.request_stop, view.abort if view is not None else None):

@@ -10,7 +10,8 @@ from rccrawler.ui.safetext import terminal_safe
 
 def status_command(config: str, *, as_json: bool) -> int:
     from rccrawler.data.storage import is_shared, open_storage, state_exists
-    from rccrawler.manager import load_settings, state_in_use
+    from rccrawler.manager import load_settings
+    from rccrawler.state import state_in_use
 
     _cls, settings = load_settings(config)
     if not state_exists(settings):

@@ -9,7 +9,8 @@ from rccrawler.commands import EXIT_FAILED, EXIT_OK
 
 def stop_command(config: str) -> int:
     from rccrawler.data.storage import is_shared, open_storage, state_exists
-    from rccrawler.manager import STOP_FILE, load_settings, state_in_use
+    from rccrawler.manager import load_settings
+    from rccrawler.state import STOP_FILE, state_in_use
 
     _cls, settings = load_settings(config)
     if is_shared(settings):
