@@ -50,7 +50,7 @@ def main() -> None:
                 fresh.data = manager.data
                 for cls in fresh.unloader_classes:
                     started = time.monotonic()
-                    cls(fresh).unload()
+                    cls(fresh.context, fresh.finisher).unload()
                     times[cls.__name__].append(time.monotonic() - started)
         finally:
             manager.data.close()

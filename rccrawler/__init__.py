@@ -6,6 +6,7 @@ and the records that threads exchange through the DataManager.
 
 from __future__ import annotations
 
+from rccrawler.context import CrawlContext
 from rccrawler.data.base import DataManager, TaskRows
 from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import (
@@ -17,7 +18,7 @@ from rccrawler.exceptions import (
     StopCrawl,
 )
 from rccrawler.finisher import ApplicationFinisher
-from rccrawler.manager import ApplicationManager, load_settings
+from rccrawler.manager import ApplicationManager, TaskCommand, load_settings
 from rccrawler.records import (
     CrawlStats,
     HostData,
@@ -37,6 +38,7 @@ __all__ = [
     "ApplicationFinisher",
     "ApplicationManager",
     "ConfigError",
+    "CrawlContext",
     "CrawlStats",
     "CrawlerThread",
     "DataManager",
@@ -56,6 +58,7 @@ __all__ = [
     "SkipReason",
     "StateError",
     "StopCrawl",
+    "TaskCommand",
     "TaskRows",
     "TaskTable",
     "__version__",
