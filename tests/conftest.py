@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from crawling import CrawlRunner, require_postgresql
 from webserver import Sites, SiteServer, serve_sites
 
+from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.threads.base import CrawlerThread
 
 BACKENDS = ("sqlite", "postgresql")
@@ -84,6 +85,15 @@ def crawler(tmp_path: Path, storage: str) -> Iterator[CrawlRunner]:
     runner = CrawlRunner(tmp_path, storage=storage)
     yield runner
     runner.discard()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tuned_like_the_command_line() -> None:
+    """The tests run crawls in this process: opt into the memory tuning the command line
+    does (``commands.runner``), once, after collection, so that a crawl here meets the
+    collector and allocator it meets in ``rccrawler crawl``."""
+    tune_malloc()
+    tune_gc()
 
 
 @pytest.fixture(autouse=True)
