@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from rccrawler.commands import EXIT_OK, EXIT_USAGE
 from rccrawler.exceptions import ConfigError, RCCrawlerError, StateError
@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from rccrawler.manager import ApplicationManager
 
 
+class SearchTask(Protocol):
+    """What these commands need of the task that registers them (SearchManager's
+    classmethods): they name no manager class, so the manager may import them."""
+
+    def search(self, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]]: ...
+
+    def words(self, settings: Settings, prefix: str = "") -> list[tuple[str, int]]: ...
+
+
 def search_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("terms", nargs="+", metavar="QUERY", help="the query")
     parser.add_argument("--json", action="store_true", help="one JSON object per hit")
@@ -30,9 +39,7 @@ def search_command(
     manager_cls: type[ApplicationManager], settings: Settings, args: argparse.Namespace
 ) -> int:
     """Answer a query from the crawl's saved index."""
-    from plugins.search.manager import SearchManager
-
-    assert issubclass(manager_cls, SearchManager)
+    task = cast("SearchTask", manager_cls)
     query, limit, as_json = " ".join(args.terms), args.limit, args.json
     if not query.strip():
         print("rccrawler search: a QUERY is required", file=sys.stderr)
@@ -41,7 +48,7 @@ def search_command(
         print("rccrawler search: --limit must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        hits = manager_cls.search(settings, query, limit)
+        hits = task.search(settings, query, limit)
     except RCCrawlerError as exc:
         if isinstance(exc, (ConfigError, StateError)):
             raise
@@ -86,12 +93,10 @@ def words_command(
     manager_cls: type[ApplicationManager], settings: Settings, args: argparse.Namespace
 ) -> int:
     """List the indexed words (starting with ``prefix``) with their document counts."""
-    from plugins.search.manager import SearchManager
-
-    assert issubclass(manager_cls, SearchManager)
+    task = cast("SearchTask", manager_cls)
     if args.limit is not None and args.limit < 1:
         print("rccrawler words: --limit must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    for word, count in manager_cls.words(settings, args.prefix)[: args.limit]:
+    for word, count in task.words(settings, args.prefix)[: args.limit]:
         print(f"{word}\t{count}")
     return EXIT_OK
