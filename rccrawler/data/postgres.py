@@ -75,8 +75,10 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE TABLE IF NOT EXISTS counts (
     host TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (host, key)
 );
+CREATE INDEX IF NOT EXISTS skipped_order ON skipped (host, url COLLATE "C");
 """
-"""What only a shared crawl needs: ids from a sequence, the workers, the counters."""
+"""What only a shared crawl needs: ids from a sequence, the workers, the counters, and
+the byte order of skipped links that skipped.csv is read in (SQLite's key has it)."""
 
 
 def schema_for(name: str) -> str:
@@ -405,10 +407,13 @@ class PostgresDataManager(SQLDataManager):
         rows = [(host, key, n) for (host, key), n in sorted(self._deltas.items()) if n]
         self._deltas.clear()
         if rows:
-            cur.executemany(
-                "INSERT INTO counts VALUES (%s, %s, %s) ON CONFLICT (host, key) "
-                "DO UPDATE SET n = counts.n + excluded.n",
-                rows,
+            # One statement, rows in sorted order (two workers never lock them in opposite
+            # orders), not executemany: its pipeline costs more than the few rows here.
+            hosts, keys, deltas = zip(*rows, strict=True)
+            cur.execute(
+                "INSERT INTO counts SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) "
+                "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
+                (list(hosts), list(keys), list(deltas)),
             )
 
     def _on_move(
@@ -525,19 +530,21 @@ class PostgresDataManager(SQLDataManager):
             "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
             (owner,),
         )
+        # Counted in the statement: a dead worker may have held thousands of pages.
         cur.execute(
-            "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
-            "FROM pages old WHERE p.id = old.id AND p.owner = %s "
-            "AND p.state IN ('waiting', 'running', 'downloaded', 'parsing') "
-            "RETURNING old.host, old.state",
+            "WITH old AS (SELECT id, host, state FROM pages WHERE owner = %s "
+            "AND state IN ('waiting', 'running', 'downloaded', 'parsing') FOR UPDATE), "
+            "moved AS (UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
+            "FROM old WHERE p.id = old.id RETURNING old.host, old.state) "
+            "SELECT host, state, count(*) FROM moved WHERE state <> 'waiting' "
+            "GROUP BY host, state",
             (owner,),
         )
         moved = 0
-        for host, state in cur.fetchall():
-            if state != PageState.WAITING:
-                self._count(host, f"state:{state}", -1)
-                self._count(host, "state:waiting", 1)
-                moved += 1
+        for host, state, count in cur.fetchall():
+            self._count(host, f"state:{state}", -count)
+            self._count(host, "state:waiting", count)
+            moved += count
         if moved:
             self._wake_downloaders = 1 << 16
         return moved
@@ -725,14 +732,7 @@ class PostgresDataManager(SQLDataManager):
             page = held.queue[0]
             if not breadth_first_allows(page.level, busy):
                 continue
-            with self._transaction() as cur:
-                cur.execute(
-                    "UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s",
-                    (page.id, self.owner),
-                )
-                taken = cur.rowcount > 0  # else reaped meanwhile (this worker looked dead)
-                if taken:
-                    self._on_move(page, PageState.RUNNING)
+            taken = self._mark_running(page)  # else reaped meanwhile (this worker looked dead)
             held.queue.popleft()  # committed: a conflict leaves it queued, for the retry
             if not taken:
                 continue
@@ -744,6 +744,22 @@ class PostgresDataManager(SQLDataManager):
             self._handed[page.id] = page
             return replace(page)
         return None
+
+    def _mark_running(self, page: PageData) -> bool:
+        """Mark a claimed page running, and count it, in one statement and one round
+        trip (it is the crawl's most frequent write): whether it was still ours."""
+        if self._conn is None:
+            raise StateError("the DataManager is not open")
+        with self._storage_errors(), self._conn.cursor() as cur:
+            # Autocommit: the statement is its own transaction.
+            cur.execute(
+                "WITH taken AS (UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s "
+                "RETURNING host) INSERT INTO counts SELECT host, key, n FROM taken, "
+                "(VALUES ('state:running', 1), ('state:waiting', -1)) AS moved (key, n) "
+                "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
+                (page.id, self.owner),
+            )
+            return cur.rowcount > 0
 
     def _claim_batch(self, held: _HeldHost, busy: Sequence[int]) -> None:
         """Claim the next waiting pages of a held host in one round trip."""

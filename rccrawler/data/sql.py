@@ -1119,19 +1119,24 @@ class SQLDataManager(DataManager):
             last = (int(rows[-1][0]), int(rows[-1][1]))
 
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
-        last = ""
+        order, last = self.text_order, ""
         while True:
+            # The next chunk of the site's skipped links in URL order, an index range of
+            # its own size, and then which of them became pages after all: filtering
+            # first would read every remaining row of the site for each chunk.
             rows = self._read(
-                "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
-                "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? "
-                f"AND s.url{self.text_order} > ? "
-                "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
-                f"ORDER BY s.url{self.text_order} LIMIT 2000",
+                "SELECT s.url, s.reason, coalesce(p.normalized_url, ''), "
+                "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) FROM "
+                f"(SELECT url, reason, found_on FROM skipped WHERE host = ? AND url{order} > ? "
+                f"ORDER BY url{order} LIMIT 2000) s "
+                f"LEFT JOIN pages p ON p.id = s.found_on ORDER BY s.url{order}",
                 (host, last),
             )
             if not rows:
                 return
-            yield from rows
+            for url, reason, found_on, known in rows:
+                if not known:
+                    yield url, reason, found_on
             last = rows[-1][0]
 
 
