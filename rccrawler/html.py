@@ -412,6 +412,48 @@ _FLAT = frozenset(
 )
 
 
+_RAW_TEXT_AFTER = "|".join(f"(?<=<{name})" for name in sorted(_RAW_TEXT))
+_DEPTH_TAG = re.compile(
+    rf"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:{_RAW_TEXT_AFTER})[^>]*(?<!/)>"
+    r"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
+    re.IGNORECASE | re.DOTALL,
+)
+"""A tag that is not self-closing, as ``name`` or ``/name``; a raw-text element is one
+match with its content and end tag, as the exact scan skips them."""
+
+
+class _DepthSteps(dict[str, int]):
+    """What a tag (``"div"``, ``"/DIV"``) adds to the depth: +1, -1, or 0 for flat ones.
+    A dict, so the per-tag lookup stays in C; a page's new names are added once."""
+
+    def __missing__(self, tag: str) -> int:
+        end = tag.startswith("/")
+        step = 0 if tag.lstrip("/").lower() in _FLAT else -1 if end else 1
+        self[tag] = step
+        return step
+
+
+_DEPTH_STEPS = _DepthSteps()
+_DEPTH_STEPS_KEPT = 4096
+
+
+def _nesting_bound(text: str) -> int:
+    """An upper bound of the depth :func:`_flatten_nesting` would find, computed by the
+    regex engine and C iterators rather than a Python loop per tag: most large pages are
+    shallow, and the exact scan cost a big page nearly as much as parsing it.
+
+    The depth after each tag is ``S - min(0, min of S so far)``, with ``S`` the running
+    sum of the tags' steps (end tags at depth 0 are ignored), so ``max(S) - min(0,
+    min(S))`` bounds it. A raw-text element counts as a start tag that is never closed:
+    a level too many, never too few.
+    """
+    if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
+        _DEPTH_STEPS.clear()
+    tags = _DEPTH_TAG.findall(text)
+    sums = list(itertools.accumulate(map(_DEPTH_STEPS.__getitem__, tags)))
+    return max(sums, default=0) - min(0, min(sums, default=0))
+
+
 def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
     end tags after them) are dropped, their content kept, as Chromium's tree builder
@@ -423,6 +465,13 @@ def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """
     if text.count("<") <= max(_DEPTH_SCAN_TAGS, max_depth):
         return text, 0
+    if _nesting_bound(text) <= max_depth:
+        return text, 0
+    return _flatten_nesting(text, max_depth)
+
+
+def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
+    """The exact scan behind :func:`_limit_nesting`, one tag at a time."""
     depth = excess = flattened = 0
     pieces: list[str] = []
     start = pos = 0
