@@ -290,6 +290,14 @@ def _clean_href(href: str) -> str:
     return href
 
 
+def _without_fragment(href: str) -> str:
+    """The cleaned href without its fragment, unless that would leave white space at its
+    end for the resolver to strip (``"a #x"`` resolves to ``a%20``, not ``a``)."""
+    href = _clean_href(href)
+    head = href.partition("#")[0]
+    return href if head and head[-1] <= " " else head
+
+
 def _effective_base(page_url: str, base_href: str | None) -> str:
     """The document base URL: the first <base href> resolved against the page URL.
 
@@ -312,6 +320,23 @@ def _distinct(items: Iterable[str]) -> Iterator[str]:
             yield item
 
 
+_RELATIVE_PATH = re.compile(r"[^/?:]+(?:[/?]|$)")
+"""A relative-path reference (RFC 3986 §4.2): no scheme, authority or absolute path,
+and not a bare query (which keeps the base's last segment)."""
+
+
+def _directory_of(base_url: str) -> str:
+    """``http://h/a/b?q`` → ``http://h/a/``: all that a relative path is merged with, or
+    "" when the base has no path (then each link resolves in full)."""
+    scheme_end = base_url.find("://")
+    query = base_url.find("?")
+    path_end = query if query >= 0 else len(base_url)
+    path_start = base_url.find("/", scheme_end + 3, path_end) if scheme_end > 0 else -1
+    if path_start < 0:
+        return ""
+    return base_url[: base_url.rfind("/", path_start, path_end) + 1]
+
+
 def _resolve_links(
     base_url: str, hrefs: Iterable[str], max_links: int | None = None
 ) -> tuple[tuple[str, ...], str]:
@@ -323,10 +348,22 @@ def _resolve_links(
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
     # most of the resolver calls; a second pass merges spellings that resolve alike.
     # Both passes are lazy, so a page of a million links stops costing at the cap.
-    distinct = _distinct(map(_clean_href, hrefs))
+    # The fragment is cut before that, as the resolver drops it anyway: Sphinx's
+    # "#section" and "page.html#name" links then collapse into one href each.
+    distinct = _distinct(map(_without_fragment, hrefs))
+    # A relative path resolves against the base's directory alone, so resolving it there
+    # lets the resolver's cache serve every page of that directory.
+    directory = _directory_of(base_url)
     # An empty href is a link to the base itself (RFC 3986 §5.2.2), whatever the resolver
     # makes of it; the caller deduplicates self-links.
-    resolved = (_resolve(base_url, href) if href else base_url for href in distinct)
+    resolved = (
+        base_url
+        if not href
+        else _resolve(directory, href)
+        if directory and _RELATIVE_PATH.match(href)
+        else _resolve(base_url, href)
+        for href in distinct
+    )
     links: dict[str, None] = {}
     for url in resolved:
         if url is None or url in links:
@@ -354,7 +391,7 @@ def _limit_anchors(text: str, max_links: int) -> tuple[str, str]:
         The text to parse, and the href of the first ``<a`` cut off ("" when none was).
     """
     limit = ANCHORS_PER_LINK * max_links
-    if text.count("<a") + text.count("<A") <= limit:
+    if text.count("<") <= limit or text.count("<a") + text.count("<A") <= limit:
         return text, ""
     found = next(itertools.islice(_ANCHOR.finditer(text), limit, None), None)
     if found is None:
