@@ -1,4 +1,4 @@
-"""rccrawler.html: links from <a href>, charsets, the search fields, and backend agreement."""
+"""rccrawler.web.html: links from <a href>, charsets, the search fields, and backend agreement."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from urllib.parse import unquote
 
 import pytest
 
-import rccrawler.html as html_module
-from rccrawler.html import PARSERS, ParsedPage, decode_html, detect_encoding, parse_html
+import rccrawler.web.html as html_module
+from rccrawler.web.html import PARSERS, ParsedPage, decode_html, detect_encoding, parse_html
 
 PAGE = "http://a.test/dir/page?x=1#frag"
 PAGE_NO_FRAGMENT = "http://a.test/dir/page?x=1"
@@ -24,13 +24,13 @@ def parser(request: pytest.FixtureRequest) -> str:
     return name
 
 
-@pytest.fixture(params=["rccrawler.urls", "urljoin"])
+@pytest.fixture(params=["rccrawler.web.urls", "urljoin"])
 def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Link tests hold with the crawler's resolver and with the urljoin fallback."""
     if request.param == "urljoin":
         monkeypatch.setattr(html_module, "_resolve", html_module._urljoin_resolve)
     else:
-        urls = pytest.importorskip("rccrawler.urls")
+        urls = pytest.importorskip("rccrawler.web.urls")
         monkeypatch.setattr(html_module, "_resolve", urls.resolve_link)
     yield request.param
 

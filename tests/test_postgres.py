@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 from crawling import CrawlResult, CrawlRunner
+from support.sites import generated_site
 from test_crawl import JITTER
 from webserver import Resource
 
 from plugins.webgraph import WebGraphManager
-from rccrawler.sample_sites import generated_site
 
 TESTS = Path(__file__).parent
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from rccrawler.html import ParsedPage, parse_html
+from rccrawler.web.html import ParsedPage, parse_html
 
 SUMMARY_CHARS = 200
 """Length of a summary cut from the text when a page has no description."""

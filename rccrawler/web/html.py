@@ -269,7 +269,7 @@ def _urljoin_resolve(base: str, href: str) -> str | None:
 def _load_resolver() -> Callable[[str, str], str | None]:
     """Prefer the crawler's RFC 3986 resolver; urljoin keeps this module usable without it."""
     try:
-        from rccrawler.urls import resolve_link  # type: ignore[import-not-found, unused-ignore]
+        from rccrawler.web.urls import resolve_link  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         return _urljoin_resolve
     return resolve_link  # type: ignore[no-any-return, unused-ignore]
