@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import yaml
 
 from rccrawler.exceptions import ConfigError
+from rccrawler.html import PARSERS
 from rccrawler.policy import ScopeRules
 from rccrawler.urls import NormalizeOptions
 
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
-PARSERS = ("lexbor", "html5lib")
 
 
 @dataclass(frozen=True, slots=True)

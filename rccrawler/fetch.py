@@ -67,7 +67,6 @@ class Response:
     body: bytes
     truncated: bool
     elapsed: float
-    wire_bytes: int
     exchange: HttpExchange | None = None
     """The heads as sent and received (for archives)."""
 
@@ -523,7 +522,7 @@ class Fetcher:
         started = time.monotonic()
         with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
             try:
-                resp, body, truncated, wire = self._send(
+                resp, body, truncated = self._send(
                     url,
                     parts.netloc,
                     scheme,
@@ -558,7 +557,6 @@ class Fetcher:
             body=body,
             truncated=truncated,
             elapsed=time.monotonic() - started,
-            wire_bytes=wire,
         )
 
     def _send(
@@ -573,7 +571,7 @@ class Fetcher:
         max_bytes: int,
         on_send: Callable[[], None] | None,
         method: str = "GET",
-    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool, int]:
+    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool]:
         """Send the request and read the body; transport failures become FetchError."""
         try:
             if on_send is not None:
@@ -612,14 +610,13 @@ class Fetcher:
                 body = b"".join(chunks)
                 if truncated:
                     body = body[:max_bytes]
-                wire = resp.tell()
             finally:
                 if truncated or not resp.closed:
                     resp.close()  # never drain an endless or huge body
                 resp.release_conn()
         except Exception as exc:
             raise transport_error(exc) from exc
-        return resp, body, truncated, wire
+        return resp, body, truncated
 
     def download(
         self,
@@ -665,7 +662,6 @@ class Fetcher:
             retry_after=retry_after,
             truncated=response.truncated,
             elapsed=response.elapsed,
-            wire_bytes=response.wire_bytes,
             throttle=self.settings.auto_throttle,
             exchange=response.exchange,
         )

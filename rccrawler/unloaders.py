@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from rccrawler.records import PageData, PageId, PageState
+from rccrawler.records import PageArc, PageData, PageState
 from rccrawler.runlog import RunLog
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def page_skip_reason(page: PageData) -> str:
 
 def graph_arcs(
     data: DataManager, host: str, self_links: list[int] | None = None
-) -> Iterator[tuple[PageId, PageId]]:
+) -> Iterator[PageArc]:
     """The arcs of a site's graph: links between nodes, each once, without self-links.
 
     A page that links to itself (a ``#fragment`` link, a "top of page" link) adds nothing
@@ -193,12 +193,12 @@ def graph_arcs(
         host: the site.
         self_links: when given, its first item is increased by the self-links left out.
     """
-    for source, target in data.iter_arcs(host):
-        if source == target:
+    for arc in data.iter_arcs(host):
+        if arc.from_id == arc.to_id:
             if self_links is not None:
                 self_links[0] += 1
             continue
-        yield source, target
+        yield arc
 
 
 def site_counts(manager: ApplicationManager, host: HostStats, run_log: RunLog) -> dict[str, Any]:

@@ -324,9 +324,14 @@ def test_a_second_interrupt_stops_at_once_and_the_state_still_resumes(serve, tmp
     config = crawler.settings_file(["a.test"], server.resolve, crawl={"timeout_s": 30})
     proc = spawn(config)
     wait_for_hits(server, 4, proc)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    # Two signals sent back to back may reach Python's handler as one, and nothing tells
+    # when the first was handled: interrupt until the process is gone. A clean stop waits
+    # for the 0.5 s answers in flight, so only a second interrupt handled ends it at once.
+    deadline = time.monotonic() + 20
+    while proc.poll() is None and time.monotonic() < deadline:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.05)
     proc.communicate(timeout=20)
     assert proc.returncode == 130
     final = run(config, timeout=TAKEOVER_S + 10)  # about 5 s of requests
