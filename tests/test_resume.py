@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -244,7 +245,14 @@ def test_a_state_of_another_manager_is_refused(serve, tmp_path, crawler, storage
     # --fresh starts over with the other manager.
     fresh = run(other, "--fresh")
     assert fresh.returncode == 0, fresh.stderr
-    assert (tmp_path / "output" / "titles.txt").exists()
+    # The other task kept every page's title, as the server has it.
+    site = generated_site("a.test", 400, fanout=4)
+    titles = {
+        f"http://a.test{path}": re.search(rb"<title>(.*?)</title>", site[path].body)[1].decode()
+        for path in site
+    }
+    lines = (tmp_path / "output" / "titles.txt").read_text(encoding="utf-8").splitlines()
+    assert dict(line.split("\t") for line in lines) == titles
 
 
 def test_adding_a_site_and_resuming_crawls_it_too(serve, tmp_path, crawler):
