@@ -232,23 +232,24 @@ def transport_error(exc: Exception) -> FetchError:
         if isinstance(cause, socket.gaierror):
             return FetchError("dns", text, retryable=True)
         return FetchError("connection", text, retryable=True)
-    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
-        return FetchError("timeout", text, retryable=True)
-    if isinstance(exc, SSLError):
-        return FetchError("tls", text, retryable=False)
-    if isinstance(exc, DecodeError):
-        return FetchError("decode", text, retryable=False)
-    if isinstance(exc, ProxyError):
-        return FetchError("proxy", text, retryable=True)
-    if isinstance(exc, ProtocolError):
-        return FetchError("connection", text, retryable=True)
-    if isinstance(exc, LocationParseError):
-        return FetchError("bad_url", text, retryable=False)
-    if isinstance(exc, HTTPError):
-        return FetchError("http", text, retryable=True)
-    if isinstance(exc, (OSError, ValueError)):
-        return FetchError("connection", text, retryable=True)
+    for classes, kind, retryable in _ERROR_KINDS:
+        if isinstance(exc, classes):
+            return FetchError(kind, text, retryable=retryable)
     raise exc
+
+
+_ERROR_KINDS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str, bool], ...] = (
+    ((ConnectTimeoutError, ReadTimeoutError, TimeoutError), "timeout", True),
+    (SSLError, "tls", False),
+    (DecodeError, "decode", False),
+    (ProxyError, "proxy", True),
+    (ProtocolError, "connection", True),
+    (LocationParseError, "bad_url", False),
+    (HTTPError, "http", True),
+    ((OSError, ValueError), "connection", True),
+)
+"""After the connection errors: exception classes -> error kind and whether another
+attempt may succeed, the most specific first."""
 
 
 # -- the request deadline: a watchdog that shuts sockets down ----------------------
