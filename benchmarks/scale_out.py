@@ -30,12 +30,13 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import common  # noqa: F401  (puts tests/ on sys.path for support.*)
 import yaml
+from support.loopback import Resource, serve_sites
+from support.sites import generated_site
 
 from rccrawler.data.storage import discard_storage
-from rccrawler.loopback import Resource, serve_sites
 from rccrawler.manager import load_settings
-from rccrawler.sample_sites import generated_site
 
 PG_URL = "postgresql://127.0.0.1:5432/test"
 MAX_DOWNLOADS = 4

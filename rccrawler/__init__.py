@@ -11,10 +11,8 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import (
     ConfigError,
     FetchError,
-    NotConfigured,
     RCCrawlerError,
     StateError,
-    StopCrawl,
 )
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.manager import ApplicationManager, load_settings
@@ -44,7 +42,6 @@ __all__ = [
     "FetchError",
     "HostData",
     "HostStats",
-    "NotConfigured",
     "PageArc",
     "PageData",
     "PageId",
@@ -55,7 +52,6 @@ __all__ = [
     "RoutineThread",
     "SkipReason",
     "StateError",
-    "StopCrawl",
     "TaskRows",
     "TaskTable",
     "__version__",

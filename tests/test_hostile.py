@@ -15,13 +15,14 @@ from http.cookiejar import CookieJar
 
 import pytest
 import yaml
+from rawtcp import tcp_server
 from webserver import HTML, NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
-from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
 from rccrawler.manager import load_settings
 from rccrawler.unloaders import MAX_STEM_BYTES, host_file_stem
-from rccrawler.urls import named_authorities, own_request_block
+from rccrawler.web.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
+from rccrawler.web.urls import named_authorities, own_request_block
 
 pytestmark = pytest.mark.both_backends
 GARBAGE = os.urandom(64 * 1024)
@@ -40,30 +41,16 @@ def trap(request: Request) -> Resource:
 @pytest.fixture
 def raw_server() -> Iterator[tuple[int, list[bytes]]]:
     """A TCP server that answers every connection with bytes that are not HTTP."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
     answers = [b"\x00\xff garbage, not HTTP at all\r\n\r\n" + GARBAGE[:1000]]
-    stop = threading.Event()
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            with contextlib.suppress(OSError), conn:
-                conn.settimeout(2)
-                conn.recv(4096)
-                conn.sendall(answers[0])
+    def answer(conn: socket.socket, _stop: threading.Event) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(2)
+            conn.recv(4096)
+            conn.sendall(answers[0])
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1], answers
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
+    with tcp_server(answer) as port:
+        yield port, answers
 
 
 def test_a_hostile_site_ends_with_errors_not_a_hang(serve, crawler, raw_server):
@@ -289,7 +276,7 @@ def test_a_long_host_and_a_failing_site_lose_no_other_output(serve, tmp_path):
 
 MEASURE = """\
 import resource, sys
-from rccrawler.cli import main
+from rccrawler.commands.main import main
 code = main(sys.argv[1:])
 print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 sys.exit(code)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plugins.search.content import extract_content, html_content, media_type
-from plugins.search.index import HTML_TYPES, build_document, document_rows
+from plugins.search.content import extract_content, html_content
+from plugins.search.index import build_document, document_rows
 from plugins.search.settings import index_caps, text_processor
+from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
-    from rccrawler.manager import ApplicationManager
     from rccrawler.records import DownloadResult, PageData
+    from rccrawler.web.html import ParsedPage
 
 
 class IndexingParsingThread(ParsingThread):
@@ -22,8 +23,8 @@ class IndexingParsingThread(ParsingThread):
 
     full_parse = True
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
 
@@ -39,13 +40,13 @@ class IndexingDownloadingThread(DownloadingThread):
     """Indexes answers the crawl does not parse (SPEC §5.4): a text/plain body by its
     text, any other type by the file name in its URL."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
-        if result.error or result.status != 200 or media_type(result.content_type) in HTML_TYPES:
+        if result.error or result.status != 200 or is_html(result.content_type):
             return None
         content = extract_content(page.normalized_url, result.body, result.content_type)
         return document_rows(build_document(content, self.processor, **self.caps))

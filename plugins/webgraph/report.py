@@ -20,8 +20,15 @@ from urllib.parse import urlsplit
 import jinja2
 
 from plugins.webgraph.analysis import site_analysis
+from rccrawler.policy import media_type
 from rccrawler.records import PageData, PageState
-from rccrawler.unloaders import ResultUnloader, atomic_write, build_report
+from rccrawler.unloaders import (
+    REPORT_KEY,
+    ResultUnloader,
+    atomic_write,
+    build_report,
+    shared_result,
+)
 
 if TYPE_CHECKING:
     from rccrawler.config import Settings
@@ -69,7 +76,7 @@ class SiteCharts:
             self.levels[page.level] += 1
         if page.downloaded:
             self.sizes[size_label(page.bytes)] += 1
-            mime = page.content_type.split(";", 1)[0].strip().lower() or "(none)"
+            mime = media_type(page.content_type) or "(none)"
             self.type_bytes[mime] += page.bytes
 
     def charts(self) -> list[dict[str, Any]]:
@@ -151,7 +158,9 @@ class HtmlReportUnloader(ResultUnloader):
     template = "report.html"
 
     def unload(self) -> list[Path]:
-        report = self.manager.report or build_report(self.manager)
+        report = shared_result(
+            self.context, REPORT_KEY, "", lambda: build_report(self.context, self.finisher)
+        )
         sites = [self.site(host, summary) for host, summary in report["sites"].items()]
         page = _environment().get_template(self.template).render(report=report, sites=sites)
         path = self.output_dir / "report.html"
@@ -161,7 +170,7 @@ class HtmlReportUnloader(ResultUnloader):
 
     def site(self, host: str, summary: dict[str, Any]) -> SiteCharts:
         charts = SiteCharts(host, summary)
-        analysis = site_analysis(self.manager, host)
+        analysis = site_analysis(self.context, host)
         top = analysis.top(TOP_PAGES)
         urls: dict[int, str] = {}
         wanted = {page_id for page_id, _, _ in top}

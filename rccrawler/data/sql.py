@@ -41,6 +41,7 @@ from rccrawler.records import (
     DownloadResult,
     FoundLink,
     HostData,
+    PageArc,
     PageData,
     PageId,
     PageState,
@@ -69,7 +70,6 @@ CREATE TABLE IF NOT EXISTS hosts (
     crawl_delay {float} NOT NULL,
     min_crawl_delay {float} NOT NULL,
     max_downloads_at_time INTEGER NOT NULL,
-    max_crawl_level INTEGER NOT NULL,
     robots_state TEXT NOT NULL,
     robots_status INTEGER,
     robots_text TEXT NOT NULL,
@@ -494,7 +494,6 @@ class SQLDataManager(DataManager):
             known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
             known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
             known.max_downloads_at_time = host.max_downloads_at_time
-            known.max_crawl_level = host.max_crawl_level
             # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
             if self._page_of_url(cur, normalized_url) is not None:
                 self._save_host(cur, known)
@@ -1076,7 +1075,7 @@ class SQLDataManager(DataManager):
                 yield page_from_row(row)
             last = int(rows[-1][0])
 
-    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+    def iter_arcs(self, host: str) -> Iterator[PageArc]:
         # An arc to a duplicate or to a redirect alias points to the page it
         # stands for (two hops: an alias of a duplicate); only arcs between
         # nodes (200 HTML, not duplicates) are part of the graph.
@@ -1100,10 +1099,10 @@ class SQLDataManager(DataManager):
             if bound is None:
                 return
             for from_id, to_id in self._read(query, (host, last_from, bound)):
-                yield PageId(from_id), PageId(to_id)
+                yield PageArc(PageId(from_id), PageId(to_id))
             last_from = bound
 
-    def iter_raw_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+    def iter_raw_arcs(self, host: str) -> Iterator[PageArc]:
         last = (0, 0)
         while True:
             rows = self._read(
@@ -1115,7 +1114,7 @@ class SQLDataManager(DataManager):
             if not rows:
                 return
             for from_id, to_id in rows:
-                yield PageId(from_id), PageId(to_id)
+                yield PageArc(PageId(from_id), PageId(to_id))
             last = (int(rows[-1][0]), int(rows[-1][1]))
 
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-from rccrawler.html import ParsedPage, parse_html
 from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import link_scope, normalize_url, request_url
+from rccrawler.web.html import ParsedPage, parse_html
+from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger(__name__)
 
@@ -31,14 +31,14 @@ class ParsingThread(CrawlerThread):
     full_parse: bool = False
     """Whether parse_html() extracts text fields too (a search index needs them)."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         # Parsers outlive the downloaders at a stop, to finish the pages in memory.
-        self.stopping = manager.parsing_stopping
-        crawl = manager.settings.crawl
+        self.stopping = context.parsing_stopping
+        crawl = context.settings.crawl
         self.crawl = crawl
         self.options = crawl.normalize_options
-        self.query_variants = manager.query_variants
+        self.query_variants = context.query_variants
         self._decisions: dict[str, dict[str, tuple[str | None, FoundLink | SkippedLink]]] = {}
         self._decided = 0
 
@@ -75,7 +75,7 @@ class ParsingThread(CrawlerThread):
     # classify_links() calls one of these for every link of a page, once each (a
     # page's links are unique, fragments dropped), in document order, before the
     # page's links are stored. They run on this ParsingThread, and several
-    # ParsingThreads run at once: state shared between them (e.g. on the manager)
+    # ParsingThreads run at once: state shared between them (e.g. on the context)
     # needs a lock. They may read ``page`` and ``self.data``'s read methods, but
     # not change the crawl: what a page links to is decided by classify_links().
     # A page parsed again after a crash (its parse was never stored) calls them
