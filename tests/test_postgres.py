@@ -342,7 +342,9 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
             other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
         writer.join(30)
         assert not writer.is_alive() and not failures, failures
-        assert data.conflicts == 1, "PostgreSQL did not roll the worker's write back"
+        # Once at least: the write run again may win the page's row before this session
+        # and meet the same deadlock again; the backoff lets this session through then.
+        assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"
         # Stored once, and what lives in memory moved once: one body waits for a parser.
         row = other.execute("SELECT state, bytes FROM pages WHERE id = %s", (page.id,)).fetchone()
         assert row == ("downloaded", 8)
