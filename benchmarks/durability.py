@@ -56,19 +56,9 @@ class Batched(WebGraphManager):
     label = "group commit, synchronous=NORMAL (default)"
 
 
-class BatchedFsync(WebGraphManager):
-    label = "group commit, synchronous=FULL (fsync)"
-    sqlite_synchronous = "FULL"
-
-
 class PerCall(WebGraphManager):
     label = "one commit per call, synchronous=NORMAL"
     sqlite_data_manager_cls = PerCallDataManager
-
-
-class PerCallFsync(PerCall):
-    label = "one commit per call, synchronous=FULL (fsync)"
-    sqlite_synchronous = "FULL"
 
 
 class PerStatement(WebGraphManager):
@@ -76,14 +66,15 @@ class PerStatement(WebGraphManager):
     sqlite_data_manager_cls = PerStatementDataManager
 
 
-class PerStatementFsync(PerStatement):
-    label = "one commit per statement, synchronous=FULL (fsync)"
-    sqlite_synchronous = "FULL"
+def with_fsync(mode: type[WebGraphManager]) -> type[WebGraphManager]:
+    """The same way of committing with synchronous=FULL: an fsync per commit."""
+    label = mode.label.split(", synchronous=")[0] + ", synchronous=FULL (fsync)"
+    return type(f"{mode.__name__}Fsync", (mode,), {"label": label, "sqlite_synchronous": "FULL"})
 
 
-MODES: tuple[type[WebGraphManager], ...] = (
-    Batched, BatchedFsync, PerCall, PerCallFsync, PerStatement, PerStatementFsync,
-)  # fmt: skip
+MODES: tuple[type[WebGraphManager], ...] = tuple(
+    variant for mode in (Batched, PerCall, PerStatement) for variant in (mode, with_fsync(mode))
+)
 
 
 def crawl_once(manager_cls: type[WebGraphManager], resolve: dict[str, str], host: str) -> float:

@@ -22,7 +22,9 @@ from scrapy.crawler import CrawlerProcess
 from scrapy.http import HtmlResponse, Response
 from scrapy.linkextractors import LinkExtractor
 
-HTML_TYPES = (b"text/html", b"application/xhtml+xml")
+from rccrawler.web.html import HTML_MEDIA_TYPES
+
+HTML_TYPES = tuple(media_type.encode() for media_type in HTML_MEDIA_TYPES)
 
 SETTINGS: dict[str, Any] = {
     # Breadth-first: lower priority for deeper requests, FIFO within a priority.

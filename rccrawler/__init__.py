@@ -12,10 +12,8 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import (
     ConfigError,
     FetchError,
-    NotConfigured,
     RCCrawlerError,
     StateError,
-    StopCrawl,
 )
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.manager import ApplicationManager, TaskCommand, load_settings
@@ -46,7 +44,6 @@ __all__ = [
     "FetchError",
     "HostData",
     "HostStats",
-    "NotConfigured",
     "PageArc",
     "PageData",
     "PageId",
@@ -57,7 +54,6 @@ __all__ = [
     "RoutineThread",
     "SkipReason",
     "StateError",
-    "StopCrawl",
     "TaskCommand",
     "TaskRows",
     "TaskTable",

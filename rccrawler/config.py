@@ -15,10 +15,10 @@ import yaml
 
 from rccrawler.exceptions import ConfigError
 from rccrawler.policy import ScopeRules
+from rccrawler.web.html import PARSERS
 from rccrawler.web.urls import NormalizeOptions
 
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
-PARSERS = ("lexbor", "html5lib")
 
 
 @dataclass(frozen=True, slots=True)

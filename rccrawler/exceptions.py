@@ -27,18 +27,6 @@ class StateError(RCCrawlerError):
     manager, locked by another process, unwritable)."""
 
 
-class NotConfigured(RCCrawlerError):
-    """Raised by a plugin's constructor to switch itself off for this crawl."""
-
-
-class StopCrawl(RCCrawlerError):
-    """Raised by a hook to end the whole crawl, with a reason for the report."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 class FetchError(RCCrawlerError):
     """A download failed for a transport reason (timeout, reset, bad encoding).
 

@@ -293,7 +293,6 @@ class ApplicationManager:
                 base=site,
                 crawl_delay=crawl.crawl_delay_ms / 1000.0,
                 max_downloads_at_time=crawl.max_downloads_at_time,
-                max_crawl_level=crawl.max_depth,
             )
             if self.data.add_site(host, request_url(site), normalized):
                 logger.info("site %s queued", site)

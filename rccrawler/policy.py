@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageId, SkipReason
+from rccrawler.web.html import HTML_MEDIA_TYPES
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers worth another attempt: the server is busy or failing for now."""
@@ -68,10 +69,14 @@ def scope_skip(url: str, rules: ScopeRules) -> SkipReason | None:
     return None
 
 
+def media_type(content_type: str) -> str:
+    """The media type of a Content-Type value, lowercased, its parameters dropped."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def is_html(content_type: str) -> bool:
     """Whether a Content-Type makes a graph node (SPEC §5.4)."""
-    mime = content_type.split(";", 1)[0].strip().lower()
-    return mime in ("text/html", "application/xhtml+xml")
+    return media_type(content_type) in HTML_MEDIA_TYPES
 
 
 def backoff_s(attempts: int) -> float:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import NewType
+from typing import NamedTuple, NewType
 
 PageId = NewType("PageId", int)
 
@@ -26,9 +26,6 @@ class PageState(StrEnum):
     """Finished with an error (HTTP 4xx/5xx, timeout, redirect loop...)."""
     SKIPPED = "skipped"
     """Finished without being a node (not HTML, robots, redirect off the site...)."""
-
-
-FINAL_STATES = frozenset({PageState.DONE, PageState.ERROR, PageState.SKIPPED})
 
 
 class SkipReason(StrEnum):
@@ -81,7 +78,6 @@ class HostData:
     """The politeness floor: crawl_delay_ms, or a larger robots Crawl-delay. crawl_delay
     starts there; auto-throttle moves it up and down but never below."""
     max_downloads_at_time: int = 2
-    max_crawl_level: int = 10
     robots_state: RobotsState = RobotsState.PENDING
     robots_status: int | None = None
     """HTTP status of robots.txt; None when unreachable or not fetched."""
@@ -127,11 +123,13 @@ class PageData:
     """The URL of the page where this link was found (for the Referer header)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PageArc:
-    """A link from one page to another (page ids, resolved at output time)."""
+class PageArc(NamedTuple):
+    """A link from one page to another, as the DataManager gives arcs out.
 
-    id: int
+    The design card's arc id is the pair itself: a site has one arc per (from, to), so
+    the storage keys arcs by it and a pair unpacks as ``for source, target in arcs``.
+    """
+
     from_id: PageId
     to_id: PageId
 
@@ -198,7 +196,6 @@ class DownloadResult:
     truncated: bool = False
     elapsed: float = 0.0
     """Seconds from sending the request to the end of the body (the response latency)."""
-    wire_bytes: int = 0
     throttle: bool = False
     """Adapt the host's crawl delay to ``elapsed`` (``crawl.auto_throttle``)."""
     exchange: HttpExchange | None = None
@@ -250,7 +247,6 @@ class CrawlStats:
     parsing: int = 0
     """Pages leased by ParsingThreads right now (busy parsers)."""
     taken_at: float = 0.0
-    extra: dict[str, int] = field(default_factory=dict)
 
     @property
     def active(self) -> int:

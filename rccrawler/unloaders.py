@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rccrawler.data.runlog import RunLog
-from rccrawler.records import PageData, PageId, PageState
+from rccrawler.records import PageArc, PageData, PageState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -188,7 +188,7 @@ def page_skip_reason(page: PageData) -> str:
 
 def graph_arcs(
     data: DataManager, host: str, self_links: list[int] | None = None
-) -> Iterator[tuple[PageId, PageId]]:
+) -> Iterator[PageArc]:
     """The arcs of a site's graph: links between nodes, each once, without self-links.
 
     A page that links to itself (a ``#fragment`` link, a "top of page" link) adds nothing
@@ -200,12 +200,12 @@ def graph_arcs(
         host: the site.
         self_links: when given, its first item is increased by the self-links left out.
     """
-    for source, target in data.iter_arcs(host):
-        if source == target:
+    for arc in data.iter_arcs(host):
+        if arc.from_id == arc.to_id:
             if self_links is not None:
                 self_links[0] += 1
             continue
-        yield source, target
+        yield arc
 
 
 def site_counts(

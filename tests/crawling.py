@@ -28,6 +28,10 @@ from rccrawler.data.storage import discard_storage, is_shared, open_storage
 from rccrawler.manager import ApplicationManager, load_settings
 from rccrawler.unloaders import host_file_stem
 
+CLOCK_SLACK = 0.001
+"""Seconds a timed wait may end early by (timeouts are rounded), allowed where a test
+compares the server's stamps of requests a waiting client made one after the other."""
+
 PG_URL = "postgresql://127.0.0.1:5432/test"
 """The PostgreSQL of the tests (trust auth); CI starts it (.ci/run)."""
 

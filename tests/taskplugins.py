@@ -6,30 +6,38 @@ import threading
 from typing import ClassVar
 
 from plugins.webgraph import WebGraphManager
-from rccrawler import ParsingThread, ResultUnloader
+from rccrawler import ParsingThread, ResultUnloader, TaskTable
 from rccrawler.unloaders import atomic_write
+
+TITLES = TaskTable("test_titles", (("url", "text"), ("title", "text")))
+"""Each parsed page's title, kept in the crawl's storage with the page."""
 
 
 class TitleParsingThread(ParsingThread):
-    """Keeps nothing itself: asks for the full parse so titles exist."""
+    """Asks for the full parse and keeps each page's title in the task's table."""
 
     full_parse = True
 
+    def process_page(self, page, body, parsed):
+        return {TITLES.name: [(page.normalized_url, parsed.title)]}
+
 
 class TitlesUnloader(ResultUnloader):
-    """Writes the node URLs, one a line, to show a task's own unloader runs."""
+    """Writes the titles the parsing threads kept, ``url<TAB>title`` a line, by URL."""
+
+    output_names = ("titles.txt",)
 
     def unload(self):
         path = self.output_dir / "titles.txt"
+        rows = sorted(self.data.task_rows(TITLES.name, columns=("url", "title")))
         with atomic_write(path) as handle:
-            for host in self.data.hosts():
-                for page in self.data.iter_pages(host.host):
-                    handle.write(f"{page.normalized_url}\n")
+            handle.writelines(f"{url}\t{title}\n" for url, title in rows)
         return [path]
 
 
 class TitleGraphManager(WebGraphManager):
     parsing_thread_cls = TitleParsingThread
+    task_tables = (TITLES,)
     unloader_classes = (*WebGraphManager.unloader_classes, TitlesUnloader)
 
 

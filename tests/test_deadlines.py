@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from rawtcp import tcp_server
 
 from rccrawler.config import CrawlSettings
 from rccrawler.exceptions import FetchError
@@ -37,12 +38,9 @@ class DripServer:
 
 @contextlib.contextmanager
 def drip_server(prefix: bytes, interval: float = 0.1) -> Iterator[DripServer]:
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.05)
-    server = DripServer(prefix, interval, listener.getsockname()[1])
-    stop = threading.Event()
+    server = DripServer(prefix, interval)
 
-    def answer(conn: socket.socket) -> None:
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
         count = 0
         with contextlib.suppress(OSError), conn:
             conn.recv(65536)
@@ -57,22 +55,9 @@ def drip_server(prefix: bytes, interval: float = 0.1) -> Iterator[DripServer]:
         server.sent.append(count)
         server.hung_up.set()
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            threading.Thread(target=answer, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
+    with tcp_server(answer) as port:
+        server.port = port
         yield server
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
 
 
 def fetcher(port: int, **crawl: object) -> Fetcher:

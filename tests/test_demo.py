@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
 
 from support.sites import generated_site
 
+from rccrawler.demo import DEMO_QUERY
 from rccrawler.demo.site import DEMO_HOST, demo_facts, demo_sites
 from rccrawler.web.html import parse_html
 
@@ -55,6 +58,23 @@ def test_demo_crawls_the_sample_site(tmp_path):
     # The GraphML has the CSV's nodes: the pages done and their duplicates.
     graphml = (out / f"{DEMO_HOST}.graphml").read_text()
     assert graphml.count("<node ") == len(nodes) == site["pages_done"] + site["duplicates"]
+    check_sample_search(proc.stdout, {row["url"] for row in nodes if not row["duplicate_of"]})
+
+
+def check_sample_search(stdout: str, node_urls: set[str]) -> None:
+    """The demo ends with its sample search: three distinct pages of the graph, each a
+    match of the query as the server's page says (its title as the hit's title)."""
+    assert f"sample search for {DEMO_QUERY!r}, best 3:" in stdout
+    hits = re.findall(r"^  (\d)\. (.*) \((http://\S+)\)$", stdout, re.M)
+    assert [rank for rank, _title, _url in hits] == ["1", "2", "3"]
+    pages = demo_sites()[DEMO_HOST]
+    urls = [url for _rank, _title, url in hits]
+    assert len(set(urls)) == 3 and set(urls) <= node_urls
+    for _rank, title, url in hits:
+        body = pages[url.removeprefix(f"http://{DEMO_HOST}")].body.decode()
+        assert f"<title>{html.escape(title, quote=False)}</title>" in body
+        words = re.findall(r"\w+", re.sub(r"<[^>]*>", " ", body).lower())
+        assert "parser" in words or any(word.startswith("robots") for word in words), url
 
 
 def _html_bodies():

@@ -15,6 +15,7 @@ from http.cookiejar import CookieJar
 
 import pytest
 import yaml
+from rawtcp import tcp_server
 from webserver import HTML, NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
@@ -40,30 +41,16 @@ def trap(request: Request) -> Resource:
 @pytest.fixture
 def raw_server() -> Iterator[tuple[int, list[bytes]]]:
     """A TCP server that answers every connection with bytes that are not HTTP."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.1)
     answers = [b"\x00\xff garbage, not HTTP at all\r\n\r\n" + GARBAGE[:1000]]
-    stop = threading.Event()
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            with contextlib.suppress(OSError), conn:
-                conn.settimeout(2)
-                conn.recv(4096)
-                conn.sendall(answers[0])
+    def answer(conn: socket.socket, _stop: threading.Event) -> None:
+        with contextlib.suppress(OSError), conn:
+            conn.settimeout(2)
+            conn.recv(4096)
+            conn.sendall(answers[0])
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield listener.getsockname()[1], answers
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
+    with tcp_server(answer) as port:
+        yield port, answers
 
 
 def test_a_hostile_site_ends_with_errors_not_a_hang(serve, crawler, raw_server):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import random
-from collections.abc import Iterator
 from urllib.parse import unquote
 
 import pytest
+import webencodings
 
 import rccrawler.web.html as html_module
-from rccrawler.web.html import PARSERS, ParsedPage, decode_html, detect_encoding, parse_html
+from rccrawler.web.encoding import decode_html, detect_encoding
+from rccrawler.web.html import PARSERS, ParsedPage, parse_html
 
 PAGE = "http://a.test/dir/page?x=1#frag"
 PAGE_NO_FRAGMENT = "http://a.test/dir/page?x=1"
@@ -24,17 +25,6 @@ def parser(request: pytest.FixtureRequest) -> str:
     return name
 
 
-@pytest.fixture(params=["rccrawler.web.urls", "urljoin"])
-def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Link tests hold with the crawler's resolver and with the urljoin fallback."""
-    if request.param == "urljoin":
-        monkeypatch.setattr(html_module, "_resolve", html_module._urljoin_resolve)
-    else:
-        urls = pytest.importorskip("rccrawler.web.urls")
-        monkeypatch.setattr(html_module, "_resolve", urls.resolve_link)
-    yield request.param
-
-
 def links(doc: str | bytes, parser: str, page: str = PAGE) -> tuple[str, ...]:
     body = doc.encode() if isinstance(doc, str) else doc
     return parse_html(body, page, parser=parser).links
@@ -43,7 +33,6 @@ def links(doc: str | bytes, parser: str, page: str = PAGE) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- links
 
 
-@pytest.mark.usefixtures("resolver")
 def test_links_come_from_a_href_only(parser: str) -> None:
     doc = """<html><head>
         <link rel=stylesheet href="/style.css"><script src="/app.js"></script>
@@ -57,7 +46,6 @@ def test_links_come_from_a_href_only(parser: str) -> None:
     assert links(doc, parser) == ("http://a.test/upper", "http://a.test/ok")
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize(
     ("href", "expected"),
     [
@@ -83,13 +71,11 @@ def test_href_resolution(parser: str, href: str, expected: str) -> None:
     assert links(f'<a href="{href}">x</a>', parser) == (expected,)
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize("doc", ['<a href="">self</a>', "<a href>self</a>", '<a href=" ">x</a>'])
 def test_empty_href_links_to_the_page_itself(parser: str, doc: str) -> None:
     assert links(doc, parser) == (PAGE_NO_FRAGMENT,)
 
 
-@pytest.mark.usefixtures("resolver")
 def test_duplicates_are_removed_keeping_the_first(parser: str) -> None:
     doc = """<a href="/b">1</a><a href="/a">2</a><a href="/b">3</a>
         <a href="http://a.test/a">same as /a</a><a href="/c#x">4</a><a href="/c#y">5</a>
@@ -102,7 +88,6 @@ def test_duplicates_are_removed_keeping_the_first(parser: str) -> None:
     )
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize(
     ("head", "base_url", "link"),
     [
@@ -134,7 +119,6 @@ def test_base_href(parser: str, head: str, base_url: str, link: str) -> None:
     assert page.links == (link, base_url)
 
 
-@pytest.mark.usefixtures("resolver")
 def test_base_in_body_counts_when_it_is_the_first(parser: str) -> None:
     doc = "<a href=x>x</a><base href='http://b.test/late/'>"
     page = parse_html(doc.encode(), PAGE, parser=parser)
@@ -227,7 +211,6 @@ AGREEMENT_DOCS = {
 }
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize("doc", AGREEMENT_DOCS.values(), ids=AGREEMENT_DOCS.keys())
 def test_backends_agree(doc: str) -> None:
     lexbor = parse_html(doc.encode(), PAGE, parser="lexbor", full=True)
@@ -309,7 +292,6 @@ CHARSET_CASES = {
 }
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize(
     ("body", "content_type", "codec"), CHARSET_CASES.values(), ids=CHARSET_CASES.keys()
 )
@@ -322,7 +304,6 @@ def test_charset_decoding(parser: str, body: bytes, content_type: str | None, co
     assert [unquote(link) for link in page.links] == ["http://a.test/страница"]
 
 
-@pytest.mark.usefixtures("resolver")
 @pytest.mark.parametrize(
     ("label", "python_encoding", "codec", "title"),
     [
@@ -364,6 +345,17 @@ def test_east_asian_and_latin_charsets(
         ("big5", "big5hkscs"),
         ("euc-jp", "euc_jp"),
         ("cp437", "cp437"),  # outside the WHATWG list but a real charset
+        ("x-mac-cyrillic", "mac-cyrillic"),
+        ("macintosh", "mac-roman"),
+        ("dos-874", "cp874"),
+        ("iso-8859-8-i", "iso8859-8"),
+        ("ks_c_5601-1987", "cp949"),
+        ("ibm866", "cp866"),
+        ("l2", "iso8859-2"),
+        ("unicode-1-1-utf-8", "utf-8"),
+        ("utf-16", "utf-16-le"),
+        ("x-user-defined", "cp1252"),
+        ("iso-2022-kr", "utf-8"),  # WHATWG's "replacement": skipped as unknown
         ("no-such-charset", "utf-8"),
         ("base64", "utf-8"),  # a Python codec, but bytes-to-bytes
         ("utf-7", "utf-8"),  # dropped by WHATWG (an XSS vector)
@@ -375,6 +367,20 @@ def test_header_labels_map_to_python_codecs(label: str, codec: str) -> None:
     found = detect_encoding(b"<p>x</p>", f"text/html; charset={label}")
     assert found == codec
     assert codecs.lookup(found).name == found
+
+
+@pytest.mark.parametrize("label", sorted(webencodings.LABELS))
+def test_every_whatwg_label_gives_what_browsers_decode_with(label: str) -> None:
+    """Each label of the Encoding Standard's table maps as webencodings maps it, but for
+    the documented exceptions (GBK is GB18030, x-user-defined windows-1252, replacement
+    skipped), and the codec decodes in Python."""
+    name = webencodings.LABELS[label]
+    expected = {"gbk": "gb18030", "x-user-defined": "cp1252", "replacement": "utf-8"}.get(
+        name, webencodings.PYTHON_NAMES.get(name, name)
+    )
+    found = detect_encoding(b"<p>x</p>", f"text/html; charset={label}")
+    assert found == codecs.lookup(expected).name
+    assert "<p>x</p>".encode(found).decode(found) == "<p>x</p>"
 
 
 @pytest.mark.parametrize(
@@ -555,3 +561,64 @@ def test_budgets_change_nothing_on_an_ordinary_page():
         capped = parse_html(body, "http://a.test/", parser=parser, full=True,
                             max_links=10_000, max_depth=512)  # fmt: skip
         assert capped == plain and not capped.truncated
+
+
+def _tag_soup(rng: random.Random, tags: int) -> str:
+    """Random markup: nesting and stray end tags, void and self-closing tags, raw text
+    holding fake tags (closed and not), upper case names, and the forms where a regex
+    could part ways with the exact scan (tags in attribute values, odd end tags)."""
+    names = ["div", "span", "DIV", "section", "b", "p", "li", "a", "br", "img", "x-y"]
+    odd = [
+        '<div title="<script>">',  # not a raw-text element: the attribute holds it
+        "<script></script </div>",  # the end tag runs to its own '>'
+        "<script></script/>",  # the exact scan never closes this one
+        "<script/>",
+        "</div/>",
+        "<SCRIPT>if (a<b) { '<div><div></div>' }</script>",
+        "<style>" + "<div>" * 30,  # never closed: the rest is its text
+        "<noscript><div></NOSCRIPT>",
+        "<!-- <div> --></div>",
+    ]
+    pieces = []
+    for _ in range(tags):
+        kind = rng.random()
+        name = rng.choice(names)
+        if kind < 0.5:
+            pieces.append(f"<{name} class=c>")
+        elif kind < 0.9:
+            pieces.append(f"</{name}>")
+        elif kind < 0.95:
+            pieces.append(f"<{name}/>")
+        elif kind < 0.999:
+            pieces.append(rng.choice(odd[:-3] + odd[-2:]))
+        else:
+            pieces.append(odd[-3])
+        pieces.append("text ")
+    return "".join(pieces)
+
+
+def test_the_nesting_precheck_never_lets_a_deep_page_through():
+    """The regex bound that spares most pages the per-tag scan must never be below the
+    depth the exact scan finds: for random soups, and at depths on both sides of each
+    soup's true depth, the guarded scan gives what the exact scan gives."""
+    rng = random.Random(9)
+    for trial in range(60):
+        soup = _tag_soup(rng, 20_000 if trial % 10 == 0 else 2_000)
+        if trial % 3 == 0:  # a deep run after stray end tags: the running sum went negative
+            soup = "</div>" * rng.randrange(200) + soup + "<div>" * rng.randrange(40)
+        for max_depth in (16, 24, 32, 48, 64, 128):
+            exact = html_module._flatten_nesting(soup, max_depth)
+            bound = html_module._nesting_bound(soup)
+            assert bound > max_depth or exact[1] == 0
+    filler = "<br>" * 20_000  # past the size below which no page is scanned
+    for deep in (
+        "</div>" * 600 + "<div>" * 600,
+        "<div></div/>" * 600,
+        '<div title="<script>">' * 600,
+        "<div><script></script </div>" * 600,
+        "<script></script/>" * 600,
+        "<div><SCRIPT>'</div>'</script>" * 600,
+    ):
+        exact = html_module._flatten_nesting(deep + filler, 512)
+        assert exact[1] >= 88, deep[:30]
+        assert html_module._limit_nesting(deep + filler, 512) == exact, deep[:30]

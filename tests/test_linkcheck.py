@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 from auditsite import AUDIT, BROKEN, audit_sites, page
-from test_crawl import JITTER
+from crawling import CLOCK_SLACK
 from webserver import NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.exceptions import ConfigError
@@ -99,9 +99,12 @@ def test_check_external_asks_each_external_link_once_politely(serve, crawler):
         ("HEAD", "/nohead"): 1, ("GET", "/nohead"): 1,
         ("HEAD", "/nohead-gone"): 1, ("GET", "/nohead-gone"): 1,
     })  # fmt: skip
-    # One request at a time to ext.test, the crawl delay apart.
+    # One request at a time to ext.test, each sent the crawl delay after the answer to
+    # the one before; the server stamps a request before it answers, so the stamps are
+    # the delay apart at least, however loaded the machine.
     times = sorted(hit.at for hit in server.hits_for("ext.test"))
-    assert all(later - earlier >= 0.05 - JITTER for earlier, later in itertools.pairwise(times))
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 0.05 - CLOCK_SLACK, gaps
     assert server.peak_in_flight["ext.test"] == 1
 
 

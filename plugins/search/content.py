@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from rccrawler.web.html import ParsedPage, parse_html
+from rccrawler.policy import media_type
+from rccrawler.web.html import HTML_MEDIA_TYPES, ParsedPage, parse_html
 
 SUMMARY_CHARS = 200
 """Length of a summary cut from the text when a page has no description."""
@@ -38,15 +39,11 @@ def content_filter(*media_types: str) -> Callable[[ContentFilter], ContentFilter
     """Register a content filter for these media types (a task may add its own)."""
 
     def register(function: ContentFilter) -> ContentFilter:
-        for media_type in media_types:
-            CONTENT_FILTERS[media_type] = function
+        for kind in media_types:
+            CONTENT_FILTERS[kind] = function
         return function
 
     return register
-
-
-def media_type(content_type: str) -> str:
-    return content_type.split(";", 1)[0].strip().lower()
 
 
 def file_name(url: str) -> str:
@@ -73,7 +70,7 @@ def html_content(url: str, parsed: ParsedPage) -> Content:
     )
 
 
-@content_filter("text/html", "application/xhtml+xml")
+@content_filter(*HTML_MEDIA_TYPES)
 def html_filter(url: str, body: bytes, content_type: str) -> Content:
     return html_content(url, parse_html(body, url, content_type, full=True))
 

@@ -61,8 +61,6 @@ MAX_POSITIONS = 1_000
 """Default cap on the positions kept per term and document (``search.max_positions``):
 phrases and snippets look only at a term's first occurrences; its weight counts all."""
 
-HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
-
 DOCS = TaskTable(
     "search_docs",
     (("url", "text"), ("title", "text"), ("summary", "text"), ("body_start", "int"),

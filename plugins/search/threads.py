@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plugins.search.content import extract_content, html_content, media_type
-from plugins.search.index import HTML_TYPES, build_document, document_rows
+from plugins.search.content import extract_content, html_content
+from plugins.search.index import build_document, document_rows
 from plugins.search.settings import index_caps, text_processor
+from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
@@ -45,7 +46,7 @@ class IndexingDownloadingThread(DownloadingThread):
         self.caps = index_caps(self.settings)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
-        if result.error or result.status != 200 or media_type(result.content_type) in HTML_TYPES:
+        if result.error or result.status != 200 or is_html(result.content_type):
             return None
         content = extract_content(page.normalized_url, result.body, result.content_type)
         return document_rows(build_document(content, self.processor, **self.caps))

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import jinja2
 
 from plugins.webgraph.analysis import site_analysis
+from rccrawler.policy import media_type
 from rccrawler.records import PageData, PageState
 from rccrawler.unloaders import (
     REPORT_KEY,
@@ -75,7 +76,7 @@ class SiteCharts:
             self.levels[page.level] += 1
         if page.downloaded:
             self.sizes[size_label(page.bytes)] += 1
-            mime = page.content_type.split(";", 1)[0].strip().lower() or "(none)"
+            mime = media_type(page.content_type) or "(none)"
             self.type_bytes[mime] += page.bytes
 
     def charts(self) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from typing import TYPE_CHECKING, ClassVar
-from xml.sax.saxutils import quoteattr
+from xml.sax.saxutils import escape, quoteattr
 
 from plugins.webgraph.analysis import site_analysis
 from rccrawler.records import PageData, PageState
@@ -112,7 +112,7 @@ class GraphMLUnloader(ResultUnloader):
                 )
                 handle.write(
                     f'    <node id="n{page.id}"><data key="url">'
-                    f"{_escape(page.normalized_url)}</data>"
+                    f"{escape(page.normalized_url)}</data>"
                     f'<data key="level">{page.level}</data>'
                     f'<data key="status">{page.http_status}</data>'
                     f"{_link_data(analysis, page)}{duplicate}</node>\n"
@@ -157,7 +157,3 @@ def _link_data(analysis: LinkAnalysis, page: PageData) -> str:
     if found is None:
         return ""
     return f'<data key="in_degree">{found[0]}</data><data key="pagerank">{found[1]!r}</data>'
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -13,14 +13,15 @@ if TYPE_CHECKING:
         DownloadResult,
         FoundLink,
         HostData,
+        PageArc,
         PageData,
         PageId,
         SkippedLink,
         SkipReason,
     )
 
-SCHEMA_VERSION = 2
-"""2: host rows in columns on every backend, and task tables."""
+SCHEMA_VERSION = 3
+"""2: host rows in columns on every backend, and task tables; 3: no max_crawl_level."""
 
 TaskRows = Mapping[str, Sequence[tuple[Any, ...]]]
 """A task's rows for one page: task table name → rows (without the page_id column)."""
@@ -259,11 +260,12 @@ class DataManager(ABC):
         """Every page of a site, by id, read in batches (for the unloaders)."""
 
     @abstractmethod
-    def iter_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
-        """Every arc found on a site's pages (raw ids; unloaders resolve replace_id)."""
+    def iter_arcs(self, host: str) -> Iterator[PageArc]:
+        """Every arc between the nodes of a site's graph, each once, by (from, to): an arc
+        to a duplicate or a redirect alias points to the page it stands for."""
 
     @abstractmethod
-    def iter_raw_arcs(self, host: str) -> Iterator[tuple[PageId, PageId]]:
+    def iter_raw_arcs(self, host: str) -> Iterator[PageArc]:
         """Every arc of a site as stored, by (from, to): the target unresolved, so arcs
         to error pages and redirect aliases are there too (a link checker needs them)."""
 

@@ -18,12 +18,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-MAX_DECISIONS = 1_024
-"""Link decisions a ParsingThread remembers (all sites together), then starts over: enough
-for a site's navigation links, about 0.3 MB; 50,000 cost 30 MB of peak RSS on a 1M-URL
-frontier (benchmarks/large_site.py), where every link is new."""
-
-
 class ParsingThread(CrawlerThread):
     """Turns a page body into links (SPEC §5.2–§5.3); subclasses add work in process_page()."""
 
@@ -39,8 +33,7 @@ class ParsingThread(CrawlerThread):
         self.crawl = crawl
         self.options = crawl.normalize_options
         self.query_variants = context.query_variants
-        self._decisions: dict[str, dict[str, tuple[str | None, FoundLink | SkippedLink]]] = {}
-        self._decided = 0
+        self.decisions = context.link_decisions
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -102,23 +95,19 @@ class ParsingThread(CrawlerThread):
         """Split a page's links into ones to queue and ones skipped with a reason.
 
         Pages of a site repeat most of their links (navigation, index), so each
-        absolute URL is decided once per site and thread (see :meth:`decide_link`).
+        absolute URL is decided once per site, for all parsing threads, while it keeps
+        coming up (see :meth:`decide_link` and ``CrawlContext.link_decisions``).
         """
-        if self._decided > MAX_DECISIONS:
-            self._decisions.clear()
-            self._decided = 0
-        decisions = self._decisions.get(page.host)
-        if decisions is None:
-            decisions = self._decisions[page.host] = {}
+        decisions = self.decisions
+        host = page.host
         too_deep = page.level + 1 > self.settings.crawl_for(page.host).max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         for url in parsed.links:
-            known = decisions.get(url)
+            known = decisions.get((host, url))
             if known is None:
-                known = decisions[url] = (link_scope(url, page.host),
-                                          self.decide_link(url, page.host))  # fmt: skip
-                self._decided += 1
+                known = (link_scope(url, host), self.decide_link(url, host))
+                decisions.put((host, url), known)
             scope, decision = known
             # The seed spider's hooks, once per link of the page.
             if scope is None:

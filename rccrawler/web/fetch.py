@@ -67,7 +67,6 @@ class Response:
     body: bytes
     truncated: bool
     elapsed: float
-    wire_bytes: int
     exchange: HttpExchange | None = None
     """The heads as sent and received (for archives)."""
 
@@ -233,23 +232,24 @@ def transport_error(exc: Exception) -> FetchError:
         if isinstance(cause, socket.gaierror):
             return FetchError("dns", text, retryable=True)
         return FetchError("connection", text, retryable=True)
-    if isinstance(exc, (ConnectTimeoutError, ReadTimeoutError, TimeoutError)):
-        return FetchError("timeout", text, retryable=True)
-    if isinstance(exc, SSLError):
-        return FetchError("tls", text, retryable=False)
-    if isinstance(exc, DecodeError):
-        return FetchError("decode", text, retryable=False)
-    if isinstance(exc, ProxyError):
-        return FetchError("proxy", text, retryable=True)
-    if isinstance(exc, ProtocolError):
-        return FetchError("connection", text, retryable=True)
-    if isinstance(exc, LocationParseError):
-        return FetchError("bad_url", text, retryable=False)
-    if isinstance(exc, HTTPError):
-        return FetchError("http", text, retryable=True)
-    if isinstance(exc, (OSError, ValueError)):
-        return FetchError("connection", text, retryable=True)
+    for classes, kind, retryable in _ERROR_KINDS:
+        if isinstance(exc, classes):
+            return FetchError(kind, text, retryable=retryable)
     raise exc
+
+
+_ERROR_KINDS: tuple[tuple[type[Exception] | tuple[type[Exception], ...], str, bool], ...] = (
+    ((ConnectTimeoutError, ReadTimeoutError, TimeoutError), "timeout", True),
+    (SSLError, "tls", False),
+    (DecodeError, "decode", False),
+    (ProxyError, "proxy", True),
+    (ProtocolError, "connection", True),
+    (LocationParseError, "bad_url", False),
+    (HTTPError, "http", True),
+    ((OSError, ValueError), "connection", True),
+)
+"""After the connection errors: exception classes -> error kind and whether another
+attempt may succeed, the most specific first."""
 
 
 # -- the request deadline: a watchdog that shuts sockets down ----------------------
@@ -523,7 +523,7 @@ class Fetcher:
         started = time.monotonic()
         with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
             try:
-                resp, body, truncated, wire = self._send(
+                resp, body, truncated = self._send(
                     url,
                     parts.netloc,
                     scheme,
@@ -558,7 +558,6 @@ class Fetcher:
             body=body,
             truncated=truncated,
             elapsed=time.monotonic() - started,
-            wire_bytes=wire,
         )
 
     def _send(
@@ -573,7 +572,7 @@ class Fetcher:
         max_bytes: int,
         on_send: Callable[[], None] | None,
         method: str = "GET",
-    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool, int]:
+    ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool]:
         """Send the request and read the body; transport failures become FetchError."""
         try:
             if on_send is not None:
@@ -612,14 +611,13 @@ class Fetcher:
                 body = b"".join(chunks)
                 if truncated:
                     body = body[:max_bytes]
-                wire = resp.tell()
             finally:
                 if truncated or not resp.closed:
                     resp.close()  # never drain an endless or huge body
                 resp.release_conn()
         except Exception as exc:
             raise transport_error(exc) from exc
-        return resp, body, truncated, wire
+        return resp, body, truncated
 
     def download(
         self,
@@ -665,7 +663,6 @@ class Fetcher:
             retry_after=retry_after,
             truncated=response.truncated,
             elapsed=response.elapsed,
-            wire_bytes=response.wire_bytes,
             throttle=self.settings.auto_throttle,
             exchange=response.exchange,
         )

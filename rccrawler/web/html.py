@@ -1,4 +1,4 @@
-"""HTML for the crawl: charset detection, `<a href>` links and the search fields (SPEC §5, §7).
+"""HTML for the crawl: `<a href>` links and the search fields (SPEC §5, §7).
 
 Everything here is a pure function of its arguments, so the parsing threads can call it
 concurrently. Two backends share one contract: lexbor (fast, via selectolax) and html5lib
@@ -8,7 +8,6 @@ concurrently. Two backends share one contract: lexbor (fast, via selectolax) and
 
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import functools
 import itertools
@@ -17,9 +16,11 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urljoin
 
 from selectolax.lexbor import LexborHTMLParser
+
+from rccrawler.web.encoding import decode_html
+from rccrawler.web.urls import resolve_link
 
 if TYPE_CHECKING:
     from xml.etree.ElementTree import Element
@@ -28,9 +29,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PARSERS", "ParsedPage", "decode_html", "detect_encoding", "parse_html"]
+__all__ = [
+    "HTML_MEDIA_TYPES",
+    "PARSERS",
+    "ParsedPage",
+    "parse_html",
+]
 
 PARSERS = ("lexbor", "html5lib")
+"""The HTML parser backends (``parser:`` in the settings)."""
+HTML_MEDIA_TYPES = ("text/html", "application/xhtml+xml")
+"""The media types of HTML: pages that are graph nodes and get parsed (SPEC §5.4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,220 +71,8 @@ class ParsedPage:
     """The first link left out by ``max_links`` (absolute), to record where the cut began."""
 
 
-# --------------------------------------------------------------------------- encodings
-
-# WHATWG Encoding Standard labels -> Python codecs. Browsers decode "iso-8859-1" and
-# "ascii" pages as windows-1252 and "gb2312" as GB18030, and real pages rely on it.
-_WHATWG_LABELS: dict[str, str] = {
-    label: codec
-    for codec, labels in (
-        ("utf-8", "unicode-1-1-utf-8 unicode11utf8 unicode20utf8 utf-8 utf8 x-unicode20utf8"),
-        ("cp866", "866 cp866 csibm866 ibm866"),
-        (
-            "iso8859-2",
-            "csisolatin2 iso-8859-2 iso-ir-101 iso8859-2 iso88592 iso_8859-2 "
-            "iso_8859-2:1987 l2 latin2",
-        ),
-        (
-            "iso8859-3",
-            "csisolatin3 iso-8859-3 iso-ir-109 iso8859-3 iso88593 iso_8859-3 "
-            "iso_8859-3:1988 l3 latin3",
-        ),
-        (
-            "iso8859-4",
-            "csisolatin4 iso-8859-4 iso-ir-110 iso8859-4 iso88594 iso_8859-4 "
-            "iso_8859-4:1988 l4 latin4",
-        ),
-        (
-            "iso8859-5",
-            "csisolatincyrillic cyrillic iso-8859-5 iso-ir-144 iso8859-5 iso88595 "
-            "iso_8859-5 iso_8859-5:1988",
-        ),
-        (
-            "iso8859-6",
-            "arabic asmo-708 csiso88596e csiso88596i csisolatinarabic ecma-114 iso-8859-6 "
-            "iso-8859-6-e iso-8859-6-i iso-ir-127 iso8859-6 iso88596 iso_8859-6 "
-            "iso_8859-6:1987",
-        ),
-        (
-            "iso8859-7",
-            "csisolatingreek ecma-118 elot_928 greek greek8 iso-8859-7 iso-ir-126 "
-            "iso8859-7 iso88597 iso_8859-7 iso_8859-7:1987 sun_eu_greek",
-        ),
-        (
-            "iso8859-8",
-            "csiso88598e csisolatinhebrew hebrew iso-8859-8 iso-8859-8-e iso-ir-138 "
-            "iso8859-8 iso88598 iso_8859-8 iso_8859-8:1988 visual "
-            "csiso88598i iso-8859-8-i logical",
-        ),
-        ("iso8859-10", "csisolatin6 iso-8859-10 iso-ir-157 iso8859-10 iso885910 l6 latin6"),
-        ("iso8859-13", "iso-8859-13 iso8859-13 iso885913"),
-        ("iso8859-14", "iso-8859-14 iso8859-14 iso885914"),
-        ("iso8859-15", "csisolatin9 iso-8859-15 iso8859-15 iso885915 iso_8859-15 l9"),
-        ("iso8859-16", "iso-8859-16"),
-        ("koi8-r", "cskoi8r koi koi8 koi8-r koi8_r"),
-        ("koi8-u", "koi8-ru koi8-u"),
-        ("mac-roman", "csmacintosh mac macintosh x-mac-roman"),
-        ("cp874", "dos-874 iso-8859-11 iso8859-11 iso885911 tis-620 windows-874"),
-        ("cp1250", "cp1250 windows-1250 x-cp1250"),
-        ("cp1251", "cp1251 windows-1251 x-cp1251"),
-        (
-            "cp1252",
-            "ansi_x3.4-1968 ascii cp1252 cp819 csisolatin1 ibm819 iso-8859-1 iso-ir-100 "
-            "iso8859-1 iso88591 iso_8859-1 iso_8859-1:1987 l1 latin1 us-ascii windows-1252 "
-            "x-cp1252 x-user-defined",
-        ),
-        ("cp1253", "cp1253 windows-1253 x-cp1253"),
-        (
-            "cp1254",
-            "cp1254 csisolatin5 iso-8859-9 iso-ir-148 iso8859-9 iso88599 iso_8859-9 "
-            "iso_8859-9:1989 l5 latin5 windows-1254 x-cp1254",
-        ),
-        ("cp1255", "cp1255 windows-1255 x-cp1255"),
-        ("cp1256", "cp1256 windows-1256 x-cp1256"),
-        ("cp1257", "cp1257 windows-1257 x-cp1257"),
-        ("cp1258", "cp1258 windows-1258 x-cp1258"),
-        ("mac-cyrillic", "x-mac-cyrillic x-mac-ukrainian"),
-        (
-            "gb18030",
-            "chinese csgb2312 csiso58gb231280 gb2312 gb_2312 gb_2312-80 gbk iso-ir-58 x-gbk "
-            "gb18030",
-        ),
-        ("big5hkscs", "big5 big5-hkscs cn-big5 csbig5 x-x-big5"),
-        ("euc_jp", "cseucpkdfmtjapanese euc-jp x-euc-jp euc_jp"),
-        ("iso2022_jp", "csiso2022jp iso-2022-jp"),
-        (
-            "cp932",
-            "csshiftjis ms932 ms_kanji shift-jis shift_jis sjis windows-31j x-sjis",
-        ),
-        (
-            "cp949",
-            "cseuckr csksc56011987 euc-kr iso-ir-149 korean ks_c_5601-1987 ks_c_5601-1989 "
-            "ksc5601 ksc_5601 windows-949 euc_kr",
-        ),
-        ("utf-16-be", "unicodefffe utf-16be utf-16-be"),
-        ("utf-16-le", "csunicode iso-10646-ucs-2 ucs-2 unicode unicodefeff utf-16 utf-16le "),
-    )
-    for label in labels.split()
-}
-
-# Python codecs that are not byte->text charsets a page may claim: UTF-7 is a known XSS
-# vector (WHATWG drops it) and the rest decode escapes or raise on everything.
-_UNSAFE_CODECS = frozenset(
-    {
-        "utf-7",
-        "unicode-escape",
-        "raw-unicode-escape",
-        "idna",
-        "punycode",
-        "undefined",
-        "mbcs",
-        "oem",
-        "charmap",
-    }
-)
-_BOMS = ((codecs.BOM_UTF8, "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
-_PRESCAN_BYTES = 4096
-_HEADER_CHARSET = re.compile(r"""charset\s*=\s*["']?\s*([^"';,\s]+)""", re.IGNORECASE)
-_META_CHARSET = re.compile(rb"""charset\s*=\s*["']?\s*([^"';>\s]+)""", re.IGNORECASE)
-_COMMENT = re.compile(rb"<!--.*?(?:-->|\Z)", re.DOTALL)
-_META_TAG = re.compile(rb"<meta[\s/]([^>]*)", re.IGNORECASE)
-_ATTRIBUTE = re.compile(
-    rb"""([^\s/>=][^\s/>=]*)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s>]*)))?""",
-)
-
-
-def _codec_for_label(label: str) -> str | None:
-    """Python codec name for a charset label, or None when no safe text codec has it."""
-    key = label.strip().strip("\"'").lower()
-    codec = _WHATWG_LABELS.get(key)
-    if codec is None:
-        # Labels outside the WHATWG list (e.g. "latin_1", "cp437") still name a real
-        # charset; remap Python's canonical name so "latin_1" also means windows-1252.
-        try:
-            info = codecs.lookup(key)
-        except (LookupError, ValueError):
-            return None
-        if not getattr(info, "_is_text_encoding", True) or info.name in _UNSAFE_CODECS:
-            return None
-        codec = _WHATWG_LABELS.get(info.name, info.name)
-    return codecs.lookup(codec).name
-
-
-def _prescan_meta(head: bytes) -> str | None:
-    """Charset declared by a <meta> in the first bytes, per the WHATWG prescan (simplified)."""
-    head = _COMMENT.sub(b"", head)
-    for tag in _META_TAG.finditer(head):
-        attrs: dict[bytes, bytes] = {}
-        for name, dq, sq, bare in _ATTRIBUTE.findall(tag.group(1)):
-            attrs.setdefault(name.lower(), dq or sq or bare)
-        label: bytes | None = attrs.get(b"charset")
-        if label is None and attrs.get(b"http-equiv", b"").strip().lower() == b"content-type":
-            found = _META_CHARSET.search(attrs.get(b"content", b""))
-            label = found.group(1) if found else None
-        if not label:
-            continue
-        codec = _codec_for_label(label.decode("ascii", "replace"))
-        if codec is None:
-            continue  # the prescan goes on to the next <meta> when a label is unknown
-        # A document that could be read as ASCII to find this tag is not UTF-16.
-        return "utf-8" if codec.startswith("utf-16") else codec
-    return None
-
-
-def detect_encoding(body: bytes, content_type: str | None) -> str:
-    """Charset of an HTML body, as a Python codec name that ``codecs.lookup`` accepts.
-
-    The order is the HTML spec's: a BOM (UTF-8/UTF-16), then the Content-Type ``charset``
-    parameter, then ``<meta charset>`` or ``<meta http-equiv=Content-Type>`` in the first
-    4096 bytes, else UTF-8. Labels map as browsers map them (WHATWG Encoding Standard), so
-    "iso-8859-1" gives cp1252 and "gb2312" gives gb18030; unknown labels are skipped.
-
-    Args:
-        body: the raw response body.
-        content_type: the Content-Type header value, if any.
-
-    Returns:
-        A codec name such as "utf-8", "cp1251" or "utf-16-le".
-    """
-    for bom, bom_codec in _BOMS:
-        if body.startswith(bom):
-            return bom_codec
-    found = _HEADER_CHARSET.search(content_type) if content_type else None
-    codec = _codec_for_label(found.group(1)) if found else None
-    if codec is not None:
-        return codec
-    return _prescan_meta(body[:_PRESCAN_BYTES]) or "utf-8"
-
-
-def decode_html(body: bytes, content_type: str | None) -> str:
-    """The body as text: decoded with :func:`detect_encoding`, bad bytes replaced, BOM removed."""
-    text = body.decode(detect_encoding(body, content_type), errors="replace")
-    return text[1:] if text.startswith("\ufeff") else text
-
-
 # --------------------------------------------------------------------------- URLs
 
-
-def _urljoin_resolve(base: str, href: str) -> str | None:
-    """``urljoin`` with the fragment dropped; None for a URL Python cannot split."""
-    try:
-        url = urljoin(base, href)
-    except ValueError:  # e.g. "http://[::1" (an unclosed IPv6 literal)
-        return None
-    return url.partition("#")[0]
-
-
-def _load_resolver() -> Callable[[str, str], str | None]:
-    """Prefer the crawler's RFC 3986 resolver; urljoin keeps this module usable without it."""
-    try:
-        from rccrawler.web.urls import resolve_link  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        return _urljoin_resolve
-    return resolve_link  # type: ignore[no-any-return, unused-ignore]
-
-
-_resolve = _load_resolver()
 
 # The URL parser strips C0 controls and spaces around a URL and tabs/newlines inside it.
 _URL_STRIP = "".join(map(chr, range(0x21)))
@@ -290,6 +87,14 @@ def _clean_href(href: str) -> str:
     return href
 
 
+def _without_fragment(href: str) -> str:
+    """The cleaned href without its fragment, unless that would leave white space at its
+    end for the resolver to strip (``"a #x"`` resolves to ``a%20``, not ``a``)."""
+    href = _clean_href(href)
+    head = href.partition("#")[0]
+    return href if head and head[-1] <= " " else head
+
+
 def _effective_base(page_url: str, base_href: str | None) -> str:
     """The document base URL: the first <base href> resolved against the page URL.
 
@@ -297,7 +102,7 @@ def _effective_base(page_url: str, base_href: str | None) -> str:
     as the HTML spec's "frozen base URL" does.
     """
     page = page_url.partition("#")[0]
-    base = _resolve(page, _clean_href(base_href)) if base_href else None
+    base = resolve_link(page, _clean_href(base_href)) if base_href else None
     if base is None or base.lower().startswith(_BAD_BASE_SCHEMES):
         return page
     return base
@@ -312,6 +117,23 @@ def _distinct(items: Iterable[str]) -> Iterator[str]:
             yield item
 
 
+_RELATIVE_PATH = re.compile(r"[^/?:]+(?:[/?]|$)")
+"""A relative-path reference (RFC 3986 §4.2): no scheme, authority or absolute path,
+and not a bare query (which keeps the base's last segment)."""
+
+
+def _directory_of(base_url: str) -> str:
+    """``http://h/a/b?q`` → ``http://h/a/``: all that a relative path is merged with, or
+    "" when the base has no path (then each link resolves in full)."""
+    scheme_end = base_url.find("://")
+    query = base_url.find("?")
+    path_end = query if query >= 0 else len(base_url)
+    path_start = base_url.find("/", scheme_end + 3, path_end) if scheme_end > 0 else -1
+    if path_start < 0:
+        return ""
+    return base_url[: base_url.rfind("/", path_start, path_end) + 1]
+
+
 def _resolve_links(
     base_url: str, hrefs: Iterable[str], max_links: int | None = None
 ) -> tuple[tuple[str, ...], str]:
@@ -323,10 +145,22 @@ def _resolve_links(
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
     # most of the resolver calls; a second pass merges spellings that resolve alike.
     # Both passes are lazy, so a page of a million links stops costing at the cap.
-    distinct = _distinct(map(_clean_href, hrefs))
+    # The fragment is cut before that, as the resolver drops it anyway: Sphinx's
+    # "#section" and "page.html#name" links then collapse into one href each.
+    distinct = _distinct(map(_without_fragment, hrefs))
+    # A relative path resolves against the base's directory alone, so resolving it there
+    # lets the resolver's cache serve every page of that directory.
+    directory = _directory_of(base_url)
     # An empty href is a link to the base itself (RFC 3986 §5.2.2), whatever the resolver
     # makes of it; the caller deduplicates self-links.
-    resolved = (_resolve(base_url, href) if href else base_url for href in distinct)
+    resolved = (
+        base_url
+        if not href
+        else resolve_link(directory, href)
+        if directory and _RELATIVE_PATH.match(href)
+        else resolve_link(base_url, href)
+        for href in distinct
+    )
     links: dict[str, None] = {}
     for url in resolved:
         if url is None or url in links:
@@ -354,7 +188,7 @@ def _limit_anchors(text: str, max_links: int) -> tuple[str, str]:
         The text to parse, and the href of the first ``<a`` cut off ("" when none was).
     """
     limit = ANCHORS_PER_LINK * max_links
-    if text.count("<a") + text.count("<A") <= limit:
+    if text.count("<") <= limit or text.count("<a") + text.count("<A") <= limit:
         return text, ""
     found = next(itertools.islice(_ANCHOR.finditer(text), limit, None), None)
     if found is None:
@@ -412,6 +246,48 @@ _FLAT = frozenset(
 )
 
 
+_RAW_TEXT_AFTER = "|".join(f"(?<=<{name})" for name in sorted(_RAW_TEXT))
+_DEPTH_TAG = re.compile(
+    rf"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:{_RAW_TEXT_AFTER})[^>]*(?<!/)>"
+    r"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
+    re.IGNORECASE | re.DOTALL,
+)
+"""A tag that is not self-closing, as ``name`` or ``/name``; a raw-text element is one
+match with its content and end tag, as the exact scan skips them."""
+
+
+class _DepthSteps(dict[str, int]):
+    """What a tag (``"div"``, ``"/DIV"``) adds to the depth: +1, -1, or 0 for flat ones.
+    A dict, so the per-tag lookup stays in C; a page's new names are added once."""
+
+    def __missing__(self, tag: str) -> int:
+        end = tag.startswith("/")
+        step = 0 if tag.lstrip("/").lower() in _FLAT else -1 if end else 1
+        self[tag] = step
+        return step
+
+
+_DEPTH_STEPS = _DepthSteps()
+_DEPTH_STEPS_KEPT = 4096
+
+
+def _nesting_bound(text: str) -> int:
+    """An upper bound of the depth :func:`_flatten_nesting` would find, computed by the
+    regex engine and C iterators rather than a Python loop per tag: most large pages are
+    shallow, and the exact scan cost a big page nearly as much as parsing it.
+
+    The depth after each tag is ``S - min(0, min of S so far)``, with ``S`` the running
+    sum of the tags' steps (end tags at depth 0 are ignored), so ``max(S) - min(0,
+    min(S))`` bounds it. A raw-text element counts as a start tag that is never closed:
+    a level too many, never too few.
+    """
+    if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
+        _DEPTH_STEPS.clear()
+    tags = _DEPTH_TAG.findall(text)
+    sums = list(itertools.accumulate(map(_DEPTH_STEPS.__getitem__, tags)))
+    return max(sums, default=0) - min(0, min(sums, default=0))
+
+
 def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
     end tags after them) are dropped, their content kept, as Chromium's tree builder
@@ -423,6 +299,13 @@ def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """
     if text.count("<") <= max(_DEPTH_SCAN_TAGS, max_depth):
         return text, 0
+    if _nesting_bound(text) <= max_depth:
+        return text, 0
+    return _flatten_nesting(text, max_depth)
+
+
+def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
+    """The exact scan behind :func:`_limit_nesting`, one tag at a time."""
     depth = excess = flattened = 0
     pieces: list[str] = []
     start = pos = 0
@@ -523,7 +406,6 @@ _HTML_POINTS = {
     "svg": frozenset(("foreignobject", "desc", "title")),
     "math": frozenset(("mi", "mo", "mn", "ms", "mtext")),
 }
-_HTML_MIME_TYPES = ("text/html", "application/xhtml+xml")
 
 
 def _namespace_step(child_ns: str, element: LexborNode) -> tuple[str, str]:
@@ -540,7 +422,7 @@ def _namespace_step(child_ns: str, element: LexborNode) -> tuple[str, str]:
         return namespace, "html"
     if namespace == "math" and tag == "annotation-xml":
         encoding = (element.attributes.get("encoding") or "").strip().lower()
-        return namespace, "html" if encoding in _HTML_MIME_TYPES else "annotation"
+        return namespace, "html" if encoding in HTML_MEDIA_TYPES else "annotation"
     return namespace, namespace
 
 
@@ -751,7 +633,7 @@ def parse_html(
     cuts = []
     if cut_href and not page.first_cut_link:
         # The parse kept max_links or fewer distinct links; the cut markup began here.
-        first = _resolve(page.base_url, _clean_href(cut_href)) or ""
+        first = resolve_link(page.base_url, _clean_href(cut_href)) or ""
         page = dataclasses.replace(page, first_cut_link=first)
     if cut_href:
         cuts.append(f"markup after {ANCHORS_PER_LINK * (max_links or 0)} <a> tags left out")
