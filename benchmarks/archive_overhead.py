@@ -19,10 +19,9 @@ from pathlib import Path
 
 import yaml
 from common import write_settings
+from support.loopback import serve_sites
+from support.sites import generated_site
 from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untyped]
-
-from rccrawler.loopback import serve_sites
-from rccrawler.sample_sites import generated_site
 
 TASKS = {
     "webgraph": "plugins.webgraph.WebGraphManager",

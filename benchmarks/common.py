@@ -1,11 +1,20 @@
-"""Helpers the benchmark scripts share: settings files and peak memory of a child."""
+"""Helpers the benchmark scripts share: settings files and peak memory of a child.
+
+Importing it puts tests/ on ``sys.path``: the benchmarks crawl the tests' loopback server
+and generated sites (``support.loopback``, ``support.sites``), which ship in no package.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 
 def write_settings(

@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import common  # noqa: F401  (puts tests/ on sys.path for support.*)
+from support.loopback import serve_sites
+from support.sites import generated_site
+
 from plugins.webgraph import WebGraphManager
 from rccrawler.config import settings_from_mapping
 from rccrawler.data.sqlite import SQLiteDataManager
-from rccrawler.loopback import serve_sites
-from rccrawler.sample_sites import generated_site
 
 
 class PerStatementDataManager(SQLiteDataManager):

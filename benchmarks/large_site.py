@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 from common import vm_hwm_kb, write_settings
-
-from rccrawler.loopback import serve_sites
-from rccrawler.sample_sites import generated_site
+from support.loopback import serve_sites
+from support.sites import generated_site
 
 
 def crawler(config: Path, *args: str) -> list[str]:

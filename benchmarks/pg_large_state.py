@@ -59,9 +59,11 @@ def build(settings_path: Path, pages: int, hosts: int) -> PostgresDataManager:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {data.schema}")
         conn.execute(
-            "INSERT INTO hosts SELECT 'h' || n || '.test', 'http', 'http://h' || n || '.test/', "
-            "0, 0, 4, 100, 'ready', 200, '', 0, 0, 0, '', 0, 0, %s, FALSE, '', 0, '' "
-            "FROM generate_series(0, %s - 1) n",
+            "INSERT INTO hosts (host, scheme, base, crawl_delay, min_crawl_delay, "
+            "max_downloads_at_time, robots_state, robots_status, robots_text, next_fetch_at, "
+            "retry_after_until, in_flight, stop_reason, started_at, finished_at, admitted) "
+            "SELECT 'h' || n || '.test', 'http', 'http://h' || n || '.test/', "
+            "0, 0, 4, 'ready', 200, '', 0, 0, 0, '', 0, 0, %s FROM generate_series(0, %s - 1) n",
             (per_host, hosts),
         )
         # Page p of host h: done when p % 5 <> 4 (80%), else waiting.

@@ -22,7 +22,7 @@ from scrapy.crawler import CrawlerProcess
 from scrapy.http import HtmlResponse, Response
 from scrapy.linkextractors import LinkExtractor
 
-from rccrawler.html import HTML_MEDIA_TYPES
+from rccrawler.web.html import HTML_MEDIA_TYPES
 
 HTML_TYPES = tuple(media_type.encode() for media_type in HTML_MEDIA_TYPES)
 

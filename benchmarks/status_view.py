@@ -32,13 +32,13 @@ from typing import Any
 
 import yaml
 from common import write_settings
+from support.loopback import Resource, redirect, serve_sites
+from support.sites import generated_site, page_path
+from support.terminal import TerminalSession
 
-from rccrawler.fresh import start_fresh
-from rccrawler.loopback import Resource, redirect, serve_sites
+from rccrawler.commands.fresh import start_fresh
 from rccrawler.manager import load_settings
-from rccrawler.sample_sites import generated_site, page_path
 from rccrawler.ui.status import StatusView
-from rccrawler.ui.terminal import TerminalSession
 
 HERE = Path(__file__).parent
 REFRESH: float = StatusView.__init__.__kwdefaults__["refresh_per_second"]
@@ -87,7 +87,7 @@ def crawl_once(config: Path, *, with_view: bool) -> tuple[int, float, float]:
     try:
         if with_view:
             view = StatusView.for_manager(manager, file=devnull, width=120, height=40)
-            manager.view = view
+            manager.status = view
             view.start()
         finished = manager.run()
     finally:

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from common import write_settings
+from support.loopback import serve_sites
+from support.sites import generated_site
 
-from rccrawler.loopback import serve_sites
 from rccrawler.manager import load_settings
-from rccrawler.sample_sites import generated_site
 
 
 def main() -> None:

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from rccrawler.cli import main
+from rccrawler.commands.main import main
 
 sys.exit(main())

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 import yaml
 
 from rccrawler.exceptions import ConfigError
-from rccrawler.html import PARSERS
 from rccrawler.policy import ScopeRules
-from rccrawler.urls import NormalizeOptions
+from rccrawler.web.html import PARSERS
+from rccrawler.web.urls import NormalizeOptions
 
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
 
@@ -337,7 +337,7 @@ def _sites(raw: object, crawl: object) -> tuple[tuple[str, ...], dict[str, Crawl
     An override is the ``crawl:`` section with the entry's keys replaced, validated
     like it (so an error names ``sites[1].crawl.max_depth``).
     """
-    from rccrawler.urls import host_of, site_start_url
+    from rccrawler.web.urls import host_of, site_start_url
 
     if raw is None:
         raise ConfigError("sites", "is required: a list of domain names or start URLs")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rccrawler.policy import BLOCKED_BY_ROBOTS
 
 if TYPE_CHECKING:
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.context import CrawlContext
     from rccrawler.records import CrawlStats, HostStats
 
 
@@ -18,11 +18,12 @@ class ApplicationFinisher:
     (a time budget, a number of matches...).
 
     Args:
-        manager: the manager of the crawl.
+        context: what it may use of the crawl (settings, storage...).
     """
 
-    def __init__(self, manager: ApplicationManager) -> None:
-        self.manager = manager
+    def __init__(self, context: CrawlContext) -> None:
+        self.context = context
+        self.settings = context.settings
 
     def site_stop_reason(self, stats: HostStats) -> str | None:
         """Why this site's crawl is over, or None while it goes on."""
@@ -31,7 +32,7 @@ class ApplicationFinisher:
         if stats.robots_state != "ready" or stats.active:
             return None
         if stats.budget_hit:
-            return f"max_pages reached ({self.manager.settings.crawl.max_pages})"
+            return f"max_pages reached ({self.settings.crawl.max_pages})"
         return "no waiting links left"
 
     def crawl_finished(self, stats: CrawlStats) -> bool:

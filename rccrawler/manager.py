@@ -1,58 +1,44 @@
-"""ApplicationManager: reads the settings, builds the DataManager, owns the threads of a crawl."""
+"""ApplicationManager: the lifecycle of a crawl. It builds the storage, the fetcher and the
+crawl's context, starts and joins the threads, asks the finisher when it is over and runs
+the unloaders."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
-import threading
 import time
-import warnings
-from http.cookiejar import LWPCookieJar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rccrawler.config import Settings, read_settings_file, settings_from_mapping
+from rccrawler.context import CrawlContext
+from rccrawler.data.runlog import RunLog
 from rccrawler.data.sql import SQLDataManager
 from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.data.storage import create_storage, discard_storage, is_shared
 from rccrawler.data.tables import TaskTable
-from rccrawler.exceptions import ConfigError, StateError
-from rccrawler.fetch import Fetcher
+from rccrawler.exceptions import ConfigError
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
-from rccrawler.memory import tune_gc, tune_malloc
 from rccrawler.records import HostData
-from rccrawler.runlog import RunLog
+from rccrawler.state import STOP_FILE, SavedCookies, StateLock, discard_state_files
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
-from rccrawler.traps import QueryVariantLimit
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
-from rccrawler.urls import host_of, normalize_url, request_url
+from rccrawler.web.fetch import Fetcher
+from rccrawler.web.traps import QueryVariantLimit
+from rccrawler.web.urls import host_of, normalize_url, request_url
 
 if TYPE_CHECKING:
+    import argparse
+    import threading
+    from collections.abc import Callable, Mapping
+
+    from rccrawler.context import StatusSink
     from rccrawler.threads.base import CrawlerThread
 
 logger = logging.getLogger(__name__)
-
-LOCK_FILE = "lock"
-STOP_FILE = "stop.request"
-COOKIE_FILE = "cookies.txt"
-
-
-def state_in_use(state_dir: Path) -> bool:
-    """Whether a crawl process holds the lock of this state directory right now."""
-    try:
-        with open(state_dir / LOCK_FILE, encoding="utf-8") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError:
-                return True
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return False
-    except OSError:
-        return False
 
 
 def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]:
@@ -71,6 +57,22 @@ def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]
     )
     manager_cls.check_settings(settings)
     return manager_cls, settings
+
+
+@dataclass(frozen=True)
+class TaskCommand:
+    """A subcommand a task adds to the command line: ``rccrawler NAME --config FILE ...``.
+
+    The command line knows it once it has read the settings that name the task.
+    """
+
+    help: str
+    """One line for ``--help``."""
+    run: Callable[[type[ApplicationManager], Settings, argparse.Namespace], int]
+    """Does the work with the task's class, its settings and the parsed arguments;
+    returns the exit code (see rccrawler.commands)."""
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    """Adds the command's own arguments to its parser (``--config`` is there already)."""
 
 
 class ApplicationManager:
@@ -97,28 +99,22 @@ class ApplicationManager:
     """SQLite's synchronous mode: NORMAL survives a killed process, FULL a power cut too."""
     settings_sections: ClassVar[tuple[str, ...]] = ()
     """Extra top-level settings keys this task reads (validated by check_settings)."""
+    commands: ClassVar[Mapping[str, TaskCommand]] = {}
+    """The subcommands this task adds to the command line (``search``, ``serve``...)."""
     cookie_save_interval: ClassVar[float] = 1.0
     """Seconds at least between two saves of the cookie jar during a crawl."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.stopping = threading.Event()
-        """Set to stop: downloaders take no new page, the crawl winds down."""
-        self.parsing_stopping = threading.Event()
-        """Set after `stopping`, once the downloaded pages are parsed (nothing is lost)."""
-        self.stop_reason = ""
-        self.finished = False
         self.report: dict[str, Any] = {}
+        """What report.json says, once the unloaders ran."""
         self.failed_sites: dict[str, str] = {}
         """Sites of a finished crawl that fetched nothing, with why (exit code 1)."""
         self.unload_failures: list[str] = []
         """Output that could not be written, one line each (set by unload())."""
-        self.view: Any = None
-        """The live status view when one is shown (set by the command line)."""
         self.threads: list[CrawlerThread] = []
         self._started = 0.0
         self._ended = 0.0
-        self._lock_handle: IO[str] | None = None
         self.downloading_thread_cls = self._resolve(
             "downloading_thread", settings.downloading_thread, DownloadingThread,
             type(self).downloading_thread_cls,
@@ -137,17 +133,17 @@ class ApplicationManager:
                 load_class(f"unloaders[{i}]", path, ResultUnloader)
                 for i, path in enumerate(settings.unloaders)
             )
-        self.data: SQLDataManager = self.create_data_manager()
-        self.finisher = self.finisher_cls(self)
-        self.cookie_jar = LWPCookieJar(str(self.state_dir / COOKIE_FILE))
-        self._cookie_save_lock = threading.Lock()
-        self._cookies_saved_at = 0.0
-        self._cookie_timer: threading.Timer | None = None
-        self.fetcher = Fetcher(
-            settings.crawl, self.cookie_jar, on_cookies_changed=self.cookies_changed
+        self.state_lock = StateLock(settings.state_dir)
+        self.cookies = SavedCookies(
+            settings.state_dir,
+            enabled=settings.crawl.cookies,
+            save_interval=self.cookie_save_interval,
         )
-        self.query_variants = QueryVariantLimit(settings.crawl.max_query_variants)
-        """Shared by the parsing threads: the query-string trap limit (crawl.max_query_variants)."""
+        fetcher = Fetcher(settings.crawl, self.cookies.jar, on_cookies_changed=self.cookies.changed)
+        self.cookies.jar_lock = fetcher.cookie_lock
+        self.context = self.create_context(self.create_data_manager(), fetcher)
+        """What the threads, the finisher and the unloaders see of this crawl."""
+        self.finisher = self.finisher_cls(self.context)
 
     @staticmethod
     def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:
@@ -167,32 +163,70 @@ class ApplicationManager:
         for index, path in enumerate(settings.unloaders or ()):
             load_class(f"unloaders[{index}]", path, ResultUnloader)
 
-    @classmethod
-    def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:
-        """Hook for ``rccrawler search``: ranked hits (url, title, summary, score) of a
-        query over the saved state. None (the default) means this task has no search."""
-        return None
+    def create_context(self, data: SQLDataManager, fetcher: Fetcher) -> CrawlContext:
+        """The context of this crawl; a task whose threads need more returns a subclass."""
+        return CrawlContext(
+            settings=self.settings,
+            data=data,
+            fetcher=fetcher,
+            query_variants=QueryVariantLimit(self.settings.crawl.max_query_variants),
+            stop_file=self.settings.state_dir / STOP_FILE,
+        )
 
-    @classmethod
-    def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]] | None:
-        """Hook for ``rccrawler words``: indexed words starting with ``prefix`` and their
-        document counts. None (the default) means this task has no index."""
-        return None
+    # -- the context's parts, for the command line and tests -------------------
+    @property
+    def data(self) -> SQLDataManager:
+        return self.context.data
 
-    @classmethod
-    def serve(cls, settings: Settings, host: str, port: int) -> bool:
-        """Hook for ``rccrawler serve``: run the search web page until interrupted.
-        False (the default) means this task has no search page."""
-        return False
+    @data.setter
+    def data(self, data: SQLDataManager) -> None:
+        """Read another storage (``export`` opens the saved state read-only)."""
+        self.context.data = data
 
-    # -- paths -------------------------------------------------------------
+    @property
+    def fetcher(self) -> Fetcher:
+        return self.context.fetcher
+
+    @property
+    def stopping(self) -> threading.Event:
+        return self.context.stopping
+
+    @property
+    def parsing_stopping(self) -> threading.Event:
+        return self.context.parsing_stopping
+
+    @property
+    def finished(self) -> bool:
+        return self.context.finished
+
+    @finished.setter
+    def finished(self, finished: bool) -> None:
+        self.context.finished = finished
+
+    @property
+    def stop_reason(self) -> str:
+        return self.context.stop_reason
+
+    @stop_reason.setter
+    def stop_reason(self, reason: str) -> None:
+        self.context.stop_reason = reason
+
+    @property
+    def status(self) -> StatusSink | None:
+        return self.context.status
+
+    @status.setter
+    def status(self, sink: StatusSink | None) -> None:
+        """Show the crawl's progress there (the command line's live view)."""
+        self.context.status = sink
+
     @property
     def state_dir(self) -> Path:
         return self.settings.state_dir
 
     @property
     def stop_file(self) -> Path:
-        return self.state_dir / STOP_FILE
+        return self.context.stop_file
 
     @property
     def elapsed(self) -> float:
@@ -214,8 +248,7 @@ class ApplicationManager:
     def discard_state(settings: Settings) -> None:
         """Remove a saved crawl (``--fresh``): its storage and the files beside it."""
         discard_storage(settings)
-        for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
-            (settings.state_dir / name).unlink(missing_ok=True)
+        discard_state_files(settings.state_dir)
 
     def lock_state(self) -> None:
         """Take the state_dir lock, so a second process on the same state refuses to start.
@@ -223,35 +256,13 @@ class ApplicationManager:
         PostgreSQL storage is shared by design (SPEC §9): no exclusive lock then.
         Taking it again while held (``--fresh`` took it before ``run``) is a no-op.
         """
-        if self._lock_handle is not None:
+        if is_shared(self.settings):
+            self.state_lock.make_dir()
             return
-        try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            if is_shared(self.settings):
-                return
-            handle = open(self.state_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
-        except OSError as exc:
-            raise StateError(f"cannot write the state directory {self.state_dir}: {exc}") from exc
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            handle.seek(0)
-            owner = handle.read().strip() or "another process"
-            handle.close()
-            raise StateError(
-                f"the state in {self.state_dir} is in use by {owner}; "
-                "stop that crawl first (rccrawler stop --config ...)"
-            ) from exc
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        self._lock_handle = handle
+        self.state_lock.acquire()
 
     def unlock_state(self) -> None:
-        if self._lock_handle is not None:
-            self._lock_handle.close()
-            self._lock_handle = None
+        self.state_lock.release()
 
     def open(self) -> None:
         """Lock and open the state, check it belongs to this crawl, queue the sites."""
@@ -264,7 +275,7 @@ class ApplicationManager:
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)
             self.add_sites()
-            self.load_cookies()
+            self.cookies.load()
         except BaseException:
             self.data.close()
             self.unlock_state()
@@ -286,64 +297,23 @@ class ApplicationManager:
             if self.data.add_site(host, request_url(site), normalized):
                 logger.info("site %s queued", site)
 
-    def load_cookies(self) -> None:
-        if (self.state_dir / COOKIE_FILE).exists():
-            try:
-                # http.cookiejar warns "bug!" with a traceback on a garbage file; the
-                # warning below says it in one line, and the crawl goes on without them.
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self.cookie_jar.load(ignore_discard=True, ignore_expires=False)
-            except (OSError, ValueError) as exc:
-                self.cookie_jar.clear()
-                logger.warning("cookies of the last run could not be read: %s", exc)
-
-    def cookies_changed(self) -> None:
-        """A response set or removed cookies: save the jar now, or ``cookie_save_interval``
-        after the last save, so a killed crawl keeps them without a write per response."""
-        with self._cookie_save_lock:
-            if self._cookie_timer is not None:
-                return  # the save already scheduled will include this change
-            wait = self._cookies_saved_at + self.cookie_save_interval - time.monotonic()
-            if wait > 0:
-                self._cookie_timer = threading.Timer(wait, self.save_cookies)
-                self._cookie_timer.daemon = True
-                self._cookie_timer.start()
-                return
-        self.save_cookies()
-
     def save_cookies(self) -> None:
-        """Write the jar to ``state_dir/cookies.txt`` whole: a temporary file, then a rename."""
-        if not self.settings.crawl.cookies:
-            return
-        with self._cookie_save_lock:
-            timer, self._cookie_timer = self._cookie_timer, None
-            self._cookies_saved_at = time.monotonic()
-        if timer is not None:
-            timer.cancel()  # this save supersedes it
-        path = self.state_dir / COOKIE_FILE
-        try:
-            # The fetcher's lock keeps the jar still while it is written out.
-            with self.fetcher.cookie_lock:
-                self.cookie_jar.save(str(path) + ".tmp", ignore_discard=True, ignore_expires=False)
-                os.replace(str(path) + ".tmp", path)
-        except OSError as exc:
-            logger.warning("cookies could not be saved: %s", exc)
+        """Write the cookie jar to ``state_dir/cookies.txt`` now (the crawl's end)."""
+        self.cookies.save()
 
     # -- running -----------------------------------------------------------
     def create_threads(self) -> list[CrawlerThread]:
+        context, settings = self.context, self.settings
         threads: list[CrawlerThread] = [
-            self.downloading_thread_cls(self, i) for i in range(self.settings.downloading_threads)
+            self.downloading_thread_cls(context, i) for i in range(settings.downloading_threads)
         ]
-        threads += [self.parsing_thread_cls(self, i) for i in range(self.settings.parsing_threads)]
-        threads.append(self.routine_thread_cls(self, 0))
+        threads += [self.parsing_thread_cls(context, i) for i in range(settings.parsing_threads)]
+        threads.append(self.routine_thread_cls(context, 0))
         return threads
 
     def request_stop(self, reason: str = "stopped") -> None:
         """Ask the crawl to stop and save its state (signal handlers call only this)."""
-        if not self.stop_reason:
-            self.stop_reason = reason
-        self.stopping.set()
+        self.context.request_stop(reason)
 
     def run(self) -> bool:
         """Run (or resume) the crawl until it is over or a stop is requested.
@@ -351,9 +321,7 @@ class ApplicationManager:
         Returns:
             True when the crawl finished, False when it was stopped (resumable).
         """
-        tune_malloc()
         self.open()
-        tune_gc()
         self._started = time.monotonic()
         run_log = RunLog(self.state_dir)
         run_log.begin()
@@ -402,8 +370,7 @@ class ApplicationManager:
 
     def abort(self) -> None:
         """Stop every thread at once (a thread crashed)."""
-        self.stopping.set()
-        self.parsing_stopping.set()
+        self.context.abort()
 
     def join_threads(self) -> None:
         """Join every thread with a bound: first the downloaders (an in-flight download
@@ -443,7 +410,7 @@ class ApplicationManager:
         for cls in self.unloader_classes:
             unloader = None
             try:
-                unloader = cls(self)
+                unloader = cls(self.context, self.finisher)
                 files = unloader.unload()
             except Exception as exc:
                 logger.exception("unloader %s failed", cls.__name__)
@@ -452,6 +419,8 @@ class ApplicationManager:
             finally:
                 if unloader is not None:
                     self.unload_failures += unloader.failures
+            if unloader.report is not None:
+                self.report = unloader.report
             for path in files:
                 logger.info("wrote %s", path)
         return self.unload_failures

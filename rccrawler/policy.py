@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from rccrawler.html import HTML_MEDIA_TYPES
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageId, SkipReason
+from rccrawler.web.html import HTML_MEDIA_TYPES
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers worth another attempt: the server is busy or failing for now."""

@@ -15,14 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from rccrawler.data.runlog import RunLog
 from rccrawler.records import PageArc, PageData, PageState
-from rccrawler.runlog import RunLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import DataManager
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.finisher import ApplicationFinisher
     from rccrawler.records import HostData, HostStats
 
 logger = logging.getLogger(__name__)
@@ -80,36 +81,37 @@ def atomic_write(path: Path, newline: str | None = None) -> Iterator[IO[str]]:
         raise
 
 
-_shared: weakref.WeakKeyDictionary[ApplicationManager, dict[tuple[str, str], Any]] = (
+_shared: weakref.WeakKeyDictionary[CrawlContext, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary()
 )
 _shared_lock = threading.Lock()
 
 
-def shared_result(manager: ApplicationManager, key: str, host: str, compute: Callable[[], T]) -> T:
-    """A result several unloaders of one crawl need (PageRank, broken links...): the first
-    to ask computes it, the others get the same object.
+def shared_result(context: CrawlContext, key: str, host: str, compute: Callable[[], T]) -> T:
+    """A result several unloaders of one crawl need (PageRank, broken links, the report...):
+    the first to ask computes it, the others get the same object.
 
     Args:
-        manager: the finished crawl's manager (the cache lives as long as it).
+        context: the finished crawl's context (the cache lives as long as it).
         key: what is computed, e.g. ``"webgraph.analysis"``.
         host: the site.
         compute: makes the result when it is not known yet.
     """
     with _shared_lock:
-        known = _shared.setdefault(manager, {})
+        known = _shared.setdefault(context, {})
         if (key, host) in known:
             return known[(key, host)]  # type: ignore[no-any-return]
     result = compute()
     with _shared_lock:
-        return _shared[manager].setdefault((key, host), result)  # type: ignore[no-any-return]
+        return _shared[context].setdefault((key, host), result)  # type: ignore[no-any-return]
 
 
 class ResultUnloader:
     """Base of the result writers named in ``unloaders:``.
 
     Args:
-        manager: the manager of the finished crawl; read its ``data`` and ``settings``.
+        context: the finished crawl: its ``data``, ``settings`` and how it ended.
+        finisher: the crawl's finisher, which says why each site stopped or failed.
     """
 
     output_names: ClassVar[tuple[str, ...]] = ()
@@ -117,12 +119,17 @@ class ResultUnloader:
     ``{stem}`` stands for each site's file stem (see :func:`host_file_stem`). ``--fresh``
     removes exactly these, and nothing else the folder holds."""
 
-    def __init__(self, manager: ApplicationManager) -> None:
-        self.manager = manager
-        self.data = manager.data
-        self.output_dir = manager.settings.output_dir
+    def __init__(self, context: CrawlContext, finisher: ApplicationFinisher) -> None:
+        self.context = context
+        self.finisher = finisher
+        self.data = context.data
+        self.settings = context.settings
+        self.output_dir = context.settings.output_dir
         self.failures: list[str] = []
         """One line per site whose files could not be written (the manager reports them)."""
+        self.report: dict[str, Any] | None = None
+        """The crawl's report when this unloader builds it (ReportUnloader); the manager
+        keeps it for the summary it prints."""
 
     def unload(self) -> list[Path]:
         """Write the results; return the files written."""
@@ -201,10 +208,12 @@ def graph_arcs(
         yield arc
 
 
-def site_counts(manager: ApplicationManager, host: HostStats, run_log: RunLog) -> dict[str, Any]:
+def site_counts(
+    context: CrawlContext, finisher: ApplicationFinisher, host: HostStats, run_log: RunLog
+) -> dict[str, Any]:
     """One site's figures in report.json; each is defined once, in the README's "What it
     writes", and ``status --json`` and the files agree with it."""
-    data = manager.data
+    data = context.data
     skipped: Counter[str] = Counter(reason for _url, reason, _on in data.iter_skipped(host.host))
     truncated = 0
     for page in data.iter_pages(host.host):
@@ -229,22 +238,22 @@ def site_counts(manager: ApplicationManager, host: HostStats, run_log: RunLog) -
         "bytes": host.bytes,
         "crawl_delay_s": host.crawl_delay,
         "elapsed_s": round(run_log.active_seconds(host.started_at, end), 3),
-        "stop_reason": host.stop_reason or manager.finisher.site_stop_reason(host) or "",
-        "failed": manager.finisher.site_failure(host) or "",
+        "stop_reason": host.stop_reason or finisher.site_stop_reason(host) or "",
+        "failed": finisher.site_failure(host) or "",
     }
 
 
-def build_report(manager: ApplicationManager) -> dict[str, Any]:
+def build_report(context: CrawlContext, finisher: ApplicationFinisher) -> dict[str, Any]:
     """The information retrieval report: per site pages, errors by kind, duplicates, bytes,
     elapsed, why it stopped, and every URL not crawled counted by reason (as H.skipped.csv)."""
-    stats = manager.data.statistics()
-    run_log = RunLog(manager.settings.state_dir)
-    sites = {host.host: site_counts(manager, host, run_log) for host in stats.hosts}
+    stats = context.data.statistics()
+    run_log = RunLog(context.settings.state_dir)
+    sites = {host.host: site_counts(context, finisher, host, run_log) for host in stats.hosts}
     runs = run_log.intervals()
     return {
-        "manager": manager.settings.manager,
-        "finished": manager.finished,
-        "stop_reason": manager.stop_reason,
+        "manager": context.settings.manager,
+        "finished": context.finished,
+        "stop_reason": context.stop_reason,
         "pages_done": sum(site["pages_done"] for site in sites.values()),
         "errors": sum(site["errors"] for site in sites.values()),
         "duplicates": sum(site["duplicates"] for site in sites.values()),
@@ -257,6 +266,10 @@ def build_report(manager: ApplicationManager) -> dict[str, Any]:
     }
 
 
+REPORT_KEY = "report"
+"""The :func:`shared_result` key of the crawl's report (the one in report.json)."""
+
+
 class ReportUnloader(ResultUnloader):
     """Writes ``report.json`` (SPEC §8); a task's subclass adds its own keys in build().
     The web-graph task's HtmlReportUnloader draws the same figures in ``report.html``."""
@@ -264,14 +277,15 @@ class ReportUnloader(ResultUnloader):
     output_names: ClassVar[tuple[str, ...]] = ("report.json",)
 
     def build(self) -> dict[str, Any]:
-        """The report to write (and keep as ``manager.report``)."""
-        return build_report(self.manager)
+        """The report to write (a task's subclass adds its keys)."""
+        return build_report(self.context, self.finisher)
 
     def unload(self) -> list[Path]:
         path = self.output_dir / "report.json"
-        report = self.build()
+        # Shared, so that the HTML report draws these very figures, a task's keys included.
+        report = shared_result(self.context, REPORT_KEY, "", self.build)
         with atomic_write(path) as handle:
             json.dump(report, handle, indent=2, sort_keys=False)
             handle.write("\n")
-        self.manager.report = report
+        self.report = report
         return [path]

@@ -3,9 +3,8 @@ a dangling page, mailto:/tel:/ftp: links and outbound links (the task plugins' t
 
 from __future__ import annotations
 
+from support.loopback import Sites
 from webserver import TEXT, Resource, redirect
-
-from rccrawler.loopback import Sites
 
 HOSTILE_TYPE = "text/x-<b>bold</b>&'\""
 """A content type a report must show as text, not as markup."""

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from rccrawler.loopback import serving
+from support.loopback import serving
 
 __all__ = ["VIA", "ForwardProxy", "ProxyHit", "serve_proxy"]
 

@@ -12,15 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.loopback import TEXT, Resource, redirect
+from support.sites import generated_site
 from test_resume import kill9, run, spawn, wait_for_hits
 from warcio.archiveiterator import ArchiveIterator
 
 from plugins.archive.writer import OPEN_SUFFIX, WarcArchive, complete_length, payload_digest
 from rccrawler.exceptions import ConfigError
-from rccrawler.loopback import TEXT, Resource, redirect
 from rccrawler.manager import load_settings
 from rccrawler.records import DownloadResult, HttpExchange
-from rccrawler.sample_sites import generated_site
 
 ARCHIVE = "plugins.archive.ArchiveManager"
 NOISE = random.Random(7).randbytes(120_000)

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 import yaml
+from support.sites import generated_site
 from webserver import Resource, redirect
 
 from rccrawler import __version__
-from rccrawler.runlog import RunLog
-from rccrawler.sample_sites import generated_site
+from rccrawler.data.runlog import RunLog
 
 RUN_TIMEOUT = 120
 """Only a guard against a hung crawl; no test asserts how fast anything is."""
@@ -268,12 +268,16 @@ def test_output_files_follow_the_umask(serve, tmp_path, umask, mode):
 # -- 6. the command line -----------------------------------------------------------
 
 
-def test_version_and_subcommand_help():
+def test_version_and_subcommand_help(tmp_path):
     version = subprocess.run(command("--version"), capture_output=True, text=True,
                              timeout=RUN_TIMEOUT)  # fmt: skip
     assert version.returncode == 0 and version.stdout.strip() == f"rccrawler {__version__}"
-    search = subprocess.run(command("search", "--help"), capture_output=True, text=True,
-                            timeout=RUN_TIMEOUT)  # fmt: skip
+    # A task's own command is known once the settings that name the task are read.
+    config = tmp_path / "search.yaml"
+    config.write_text(yaml.safe_dump({"sites": ["http://a.test/"],
+                                      "manager": "plugins.search.SearchManager"}))  # fmt: skip
+    search = subprocess.run(command("search", "--config", str(config), "--help"),
+                            capture_output=True, text=True, timeout=RUN_TIMEOUT)  # fmt: skip
     assert search.returncode == 0
     assert "--limit" in search.stdout and "--fresh" not in search.stdout
     assert "--no-tui" not in search.stdout
@@ -281,8 +285,12 @@ def test_version_and_subcommand_help():
                            timeout=RUN_TIMEOUT)  # fmt: skip
     assert "--fresh" in crawl.stdout and "--limit" not in crawl.stdout
     top = subprocess.run(command("--help"), capture_output=True, text=True, timeout=RUN_TIMEOUT)
-    for name in ("crawl", "export", "stop", "status", "search", "words", "serve", "demo"):
+    for name in ("crawl", "export", "stop", "status", "demo"):
         assert re.search(rf"^\s+{name}\s", top.stdout, re.M), name
+    assert "search, words," in top.stdout  # the search task's commands, named in the epilog
+    unknown = subprocess.run(command("words", "--config", str(config).replace("search", "x")),
+                             capture_output=True, text=True, timeout=RUN_TIMEOUT)  # fmt: skip
+    assert unknown.returncode == 2 and "x.yaml" in unknown.stderr
     bad = subprocess.run(command("status"), capture_output=True, text=True, timeout=RUN_TIMEOUT)
     assert bad.returncode == 2 and "--config" in bad.stderr
     typo = subprocess.run(command("statsu"), capture_output=True, text=True, timeout=RUN_TIMEOUT)

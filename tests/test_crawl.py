@@ -7,9 +7,8 @@ import re
 from collections import Counter
 
 import pytest
+from support.sites import generated_site, page_path
 from webserver import Resource
-
-from rccrawler.sample_sites import generated_site, page_path
 
 pytestmark = pytest.mark.both_backends
 TEXT = (("Content-Type", "text/plain"),)

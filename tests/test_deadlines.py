@@ -18,7 +18,7 @@ from rawtcp import tcp_server
 
 from rccrawler.config import CrawlSettings
 from rccrawler.exceptions import FetchError
-from rccrawler.fetch import Fetcher
+from rccrawler.web.fetch import Fetcher
 
 DRIPS = 400
 """Bytes a drip server would send, one per ``interval``: 40 s at 0.1 s, far past any deadline."""

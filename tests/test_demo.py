@@ -10,9 +10,11 @@ import subprocess
 import sys
 from collections import Counter
 
+from support.sites import generated_site
+
 from rccrawler.demo import DEMO_QUERY
-from rccrawler.html import parse_html
-from rccrawler.sample_sites import DEMO_HOST, demo_facts, demo_sites, generated_site
+from rccrawler.demo.site import DEMO_HOST, demo_facts, demo_sites
+from rccrawler.web.html import parse_html
 
 
 def test_demo_crawls_the_sample_site(tmp_path):

@@ -19,10 +19,10 @@ from rawtcp import tcp_server
 from webserver import HTML, NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.config import CrawlSettings
-from rccrawler.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
 from rccrawler.manager import load_settings
 from rccrawler.unloaders import MAX_STEM_BYTES, host_file_stem
-from rccrawler.urls import named_authorities, own_request_block
+from rccrawler.web.fetch import MAX_COOKIE_HEADER_BYTES, MAX_COOKIES_PER_DOMAIN, Fetcher
+from rccrawler.web.urls import named_authorities, own_request_block
 
 pytestmark = pytest.mark.both_backends
 GARBAGE = os.urandom(64 * 1024)
@@ -276,7 +276,7 @@ def test_a_long_host_and_a_failing_site_lose_no_other_output(serve, tmp_path):
 
 MEASURE = """\
 import resource, sys
-from rccrawler.cli import main
+from rccrawler.commands.main import main
 code = main(sys.argv[1:])
 print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 sys.exit(code)

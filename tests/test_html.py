@@ -1,4 +1,4 @@
-"""rccrawler.html: links from <a href>, charsets, the search fields, and backend agreement."""
+"""rccrawler.web.html: links from <a href>, charsets, the search fields, and backend agreement."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from urllib.parse import unquote
 import pytest
 import webencodings
 
-from rccrawler.encoding import decode_html, detect_encoding
-from rccrawler.html import PARSERS, ParsedPage, parse_html
+import rccrawler.web.html as html_module
+from rccrawler.web.encoding import decode_html, detect_encoding
+from rccrawler.web.html import PARSERS, ParsedPage, parse_html
 
 PAGE = "http://a.test/dir/page?x=1#frag"
 PAGE_NO_FRAGMENT = "http://a.test/dir/page?x=1"
@@ -560,3 +561,64 @@ def test_budgets_change_nothing_on_an_ordinary_page():
         capped = parse_html(body, "http://a.test/", parser=parser, full=True,
                             max_links=10_000, max_depth=512)  # fmt: skip
         assert capped == plain and not capped.truncated
+
+
+def _tag_soup(rng: random.Random, tags: int) -> str:
+    """Random markup: nesting and stray end tags, void and self-closing tags, raw text
+    holding fake tags (closed and not), upper case names, and the forms where a regex
+    could part ways with the exact scan (tags in attribute values, odd end tags)."""
+    names = ["div", "span", "DIV", "section", "b", "p", "li", "a", "br", "img", "x-y"]
+    odd = [
+        '<div title="<script>">',  # not a raw-text element: the attribute holds it
+        "<script></script </div>",  # the end tag runs to its own '>'
+        "<script></script/>",  # the exact scan never closes this one
+        "<script/>",
+        "</div/>",
+        "<SCRIPT>if (a<b) { '<div><div></div>' }</script>",
+        "<style>" + "<div>" * 30,  # never closed: the rest is its text
+        "<noscript><div></NOSCRIPT>",
+        "<!-- <div> --></div>",
+    ]
+    pieces = []
+    for _ in range(tags):
+        kind = rng.random()
+        name = rng.choice(names)
+        if kind < 0.5:
+            pieces.append(f"<{name} class=c>")
+        elif kind < 0.9:
+            pieces.append(f"</{name}>")
+        elif kind < 0.95:
+            pieces.append(f"<{name}/>")
+        elif kind < 0.999:
+            pieces.append(rng.choice(odd[:-3] + odd[-2:]))
+        else:
+            pieces.append(odd[-3])
+        pieces.append("text ")
+    return "".join(pieces)
+
+
+def test_the_nesting_precheck_never_lets_a_deep_page_through():
+    """The regex bound that spares most pages the per-tag scan must never be below the
+    depth the exact scan finds: for random soups, and at depths on both sides of each
+    soup's true depth, the guarded scan gives what the exact scan gives."""
+    rng = random.Random(9)
+    for trial in range(60):
+        soup = _tag_soup(rng, 20_000 if trial % 10 == 0 else 2_000)
+        if trial % 3 == 0:  # a deep run after stray end tags: the running sum went negative
+            soup = "</div>" * rng.randrange(200) + soup + "<div>" * rng.randrange(40)
+        for max_depth in (16, 24, 32, 48, 64, 128):
+            exact = html_module._flatten_nesting(soup, max_depth)
+            bound = html_module._nesting_bound(soup)
+            assert bound > max_depth or exact[1] == 0
+    filler = "<br>" * 20_000  # past the size below which no page is scanned
+    for deep in (
+        "</div>" * 600 + "<div>" * 600,
+        "<div></div/>" * 600,
+        '<div title="<script>">' * 600,
+        "<div><script></script </div>" * 600,
+        "<script></script/>" * 600,
+        "<div><SCRIPT>'</div>'</script>" * 600,
+    ):
+        exact = html_module._flatten_nesting(deep + filler, 512)
+        assert exact[1] >= 88, deep[:30]
+        assert html_module._limit_nesting(deep + filler, 512) == exact, deep[:30]

@@ -103,16 +103,16 @@ def crawl(
 
 
 class TextRecorder(ParsingThread):
-    """Keeps each parsed page's title and text on the manager (``manager.texts``)."""
+    """Keeps each parsed page's title and text on the crawl's context (``context.texts``)."""
 
     full_parse = True
 
     def process_page(self, page, body, parsed) -> None:
-        self.manager.texts[page.url] = (parsed.title, parsed.text)  # type: ignore[attr-defined]
+        self.context.texts[page.url] = (parsed.title, parsed.text)  # type: ignore[attr-defined]
 
 
 def record_texts(manager: ApplicationManager) -> None:
-    manager.texts = {}  # type: ignore[attr-defined]
+    manager.context.texts = {}  # type: ignore[attr-defined]
     manager.parsing_thread_cls = TextRecorder
 
 
@@ -466,7 +466,7 @@ def test_charsets_give_the_right_text_and_links(serve, crawler):
     result = crawl(crawler, ["a.test"], server.resolve, prepare=record_texts)
     assert result.finished
     paths = set(server.paths_for("a.test"))
-    texts = result.manager.texts  # type: ignore[attr-defined]
+    texts = result.manager.context.texts  # type: ignore[attr-defined]
     for path, (_encoding, how, title, link) in CHARSET_PAGES.items():
         assert texts[f"http://a.test{path}"] == (title, f"{title} {title}"), how
         assert quote(link) in paths, (path, how)

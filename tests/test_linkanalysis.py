@@ -7,9 +7,9 @@ import random
 import networkx as nx
 import pytest
 from auditsite import AUDIT, audit_sites
+from support.sites import generated_site
 
 from plugins.webgraph.analysis import analyse
-from rccrawler.sample_sites import generated_site
 from rccrawler.unloaders import host_file_stem
 
 

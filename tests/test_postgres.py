@@ -12,18 +12,23 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from crawling import CrawlResult, CrawlRunner
+from support.sites import generated_site
 from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
-from rccrawler.sample_sites import generated_site
+from rccrawler.data.postgres import PostgresDataManager, schema_for
+from rccrawler.records import DownloadResult, HostData
 
 TESTS = Path(__file__).parent
 
@@ -292,3 +297,64 @@ def test_workers_survive_status_and_a_late_joiner(serve, pg_crawler):
     paths = Counter(server.paths_for("a.test"))
     assert len([p for p in paths if p != "/robots.txt"]) == 400
     assert max(paths.values()) == 1, [p for p, n in paths.items() if n > 1][:10]
+
+
+def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
+    """A real deadlock between a worker's write and another session: PostgreSQL rolls the
+    worker's transaction back (40P01) and the worker runs it again, memory untouched."""
+    data = PostgresDataManager(postgresql, schema_for(f"deadlock-{uuid.uuid4().hex}"))
+    data.open()
+    other = psycopg.connect(postgresql, autocommit=True)
+    try:
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        data.add_site(HostData(host="a.test", crawl_delay=0.0), "http://a.test/", "http://a.test/")
+        assert data.take_robots() is not None
+        data.store_robots("a.test", 404, "", None, blocked=False)
+        page = data.take_for_download()
+        assert page is not None
+        other.execute(f"SET search_path TO {data.schema}")
+        # The worker's side checks for the deadlock first (1 s by default): it is the
+        # transaction PostgreSQL rolls back.
+        other.execute("SET deadlock_timeout = '60s'")
+        failures: list[BaseException] = []
+
+        def store() -> None:
+            try:
+                result = DownloadResult(status=200, content_type="text/html", body=b"<p>x</p>")
+                data.store_download(page.id, result, "hash-x")
+            except BaseException as exc:  # reported by the test's thread below
+                failures.append(exc)
+
+        writer = threading.Thread(target=store)
+        with other.transaction():
+            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
+            writer.start()
+            # The worker updates its page's row, then waits for the counters locked here.
+            deadline = time.monotonic() + 30
+            waiting = (
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
+                "WHERE %s = ANY(pg_blocking_pids(pid)))"
+            )
+            while not (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0]:
+                assert time.monotonic() < deadline, "the worker's write never waited"
+                time.sleep(0.005)
+            # This session now waits for the page's row: each waits for the other.
+            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
+        writer.join(30)
+        assert not writer.is_alive() and not failures, failures
+        # Once at least: the write run again may win the page's row before this session
+        # and meet the same deadlock again; the backoff lets this session through then.
+        assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"
+        # Stored once, and what lives in memory moved once: one body waits for a parser.
+        row = other.execute("SELECT state, bytes FROM pages WHERE id = %s", (page.id,)).fetchone()
+        assert row == ("downloaded", 8)
+        counts = dict(other.execute("SELECT key, n FROM counts WHERE host = 'a.test'").fetchall())
+        assert (counts["state:running"], counts["state:downloaded"]) == (0, 1)
+        assert data.bodies_waiting() == 1
+        taken = data.take_for_parsing()
+        assert taken is not None and taken[0].id == page.id and taken[1] == b"<p>x</p>"
+        assert data.take_for_parsing() is None
+    finally:
+        other.close()
+        data.close()
+        PostgresDataManager.drop(postgresql, data.schema)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.sites import generated_site
 from webserver import Resource
-
-from rccrawler.sample_sites import generated_site
 
 README = Path(__file__).parent.parent / "README.md"
 

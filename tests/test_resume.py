@@ -18,9 +18,8 @@ from urllib.parse import urlsplit
 
 import pytest
 from crawling import CrawlRunner, page_states, state_snapshot
-
-from rccrawler.loopback import Resource
-from rccrawler.sample_sites import generated_site
+from support.loopback import Resource
+from support.sites import generated_site
 
 # A test that uses `crawler` runs on SQLite and on PostgreSQL; those that build their own
 # CrawlRunner(tmp_path) stay on SQLite, each says why.

@@ -1,4 +1,4 @@
-"""RFC 9309 conformance of rccrawler.robots, plus cases in the style of Google's spec tests."""
+"""RFC 9309 conformance of rccrawler.web.robots, plus cases in the style of Google's spec tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rccrawler.robots import MAX_ROBOTS_BYTES, RobotsRules, product_token
+from rccrawler.web.robots import MAX_ROBOTS_BYTES, RobotsRules, product_token
 
 UA = "rccrawler/0.1 (+https://example.test/bot)"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from support.loopback import Resource, redirect
 from test_config import GOOD, assert_refused
 
 from rccrawler.config import settings_from_mapping
-from rccrawler.loopback import Resource, redirect
 from rccrawler.policy import ScopeRules, scope_skip
 from rccrawler.records import SkipReason
 

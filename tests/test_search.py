@@ -261,7 +261,7 @@ def test_cli_search_and_words(indexed, tmp_path):
     webgraph = tmp_path / "webgraph.yaml"
     webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(indexed.state_dir)}))
     proc = _cli("search", "--config", str(webgraph), "apple")
-    assert proc.returncode == 2 and "has no search index" in proc.stderr
+    assert proc.returncode == 2 and "has no command 'search'" in proc.stderr
 
 
 # -- the web page (more in test_search_web.py) ------------------------------------
@@ -290,7 +290,7 @@ def test_cli_serve_answers_and_other_tasks_refuse(indexed, tmp_path):
     webgraph = tmp_path / "webgraph.yaml"
     webgraph.write_text(yaml.safe_dump({"sites": ["a.test"], "state_dir": str(tmp_path)}))
     done = _cli("serve", "--config", str(webgraph), "--port", "0")
-    assert done.returncode == 2 and "has no search page" in done.stderr
+    assert done.returncode == 2 and "no report.html" in done.stderr
 
 
 # -- the same hits on every storage backend --------------------------------------

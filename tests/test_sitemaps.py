@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 from crawling import CLOCK_SLACK
+from support.loopback import TEXT, Resource, redirect
 
 from rccrawler.data.storage import open_storage
-from rccrawler.loopback import TEXT, Resource, redirect
 from rccrawler.manager import load_settings
-from rccrawler.sitemaps import parse_sitemap, sitemap_seeds
+from rccrawler.web.sitemaps import parse_sitemap, sitemap_seeds
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
 LIMITS = {"max_urls": 1000, "max_bytes": 1 << 20}

@@ -20,13 +20,13 @@ from collections import ChainMap
 import pytest
 import yaml
 from rich.console import Console
+from support.sites import generated_site, page_path
+from support.terminal import TerminalSession, VirtualScreen, strip_ansi
 from webserver import Resource, redirect
 
 from rccrawler.records import CrawlStats, HostStats
-from rccrawler.sample_sites import generated_site, page_path
 from rccrawler.threads.routine import RoutineThread
 from rccrawler.ui.status import StatusView, WarningBuffer, print_report, shorten_middle
-from rccrawler.ui.terminal import TerminalSession, VirtualScreen, strip_ansi
 
 HOSTS = ("a.test", "b.test", "c.test")
 PAGES = 60
@@ -185,7 +185,7 @@ PLAIN_RUNNER = """
 import sys
 from rccrawler.threads.routine import RoutineThread
 RoutineThread.progress_every = 0.3  # the default 5 s would need a longer crawl
-from rccrawler.cli import main
+from rccrawler.commands.main import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from webserver import HTML, Resource, redirect
 
-from rccrawler.safetext import (
+from rccrawler.ui.safetext import (
     TerminalSafeFormatter,
     TerminalSafeLogRecord,
     json_terminal_safe,

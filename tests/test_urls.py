@@ -1,4 +1,4 @@
-"""Tests for rccrawler.urls: SPEC §6 identities, RFC 3986 §5 resolution, scopes, sites."""
+"""Tests for rccrawler.web.urls: SPEC §6 identities, RFC 3986 §5 resolution, scopes, sites."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from rccrawler import urls
-from rccrawler.urls import (
+from rccrawler.web import urls
+from rccrawler.web.urls import (
     NormalizeOptions,
     host_of,
     link_scope,

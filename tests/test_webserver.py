@@ -15,17 +15,9 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
 import pytest
 import urllib3
+from support.sites import generated_site, page_level, page_path
 
-from rccrawler.sample_sites import (
-    BLOG_HOST,
-    DEMO_HOST,
-    EXTERNAL_HOST,
-    demo_facts,
-    demo_sites,
-    generated_site,
-    page_level,
-    page_path,
-)
+from rccrawler.demo.site import BLOG_HOST, DEMO_HOST, EXTERNAL_HOST, demo_facts, demo_sites
 from tests.webserver import (
     TEXT,
     Request,

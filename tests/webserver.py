@@ -1,4 +1,4 @@
-"""Test-side helpers around the loopback server of :mod:`rccrawler.loopback`.
+"""Test-side helpers around the loopback server of :mod:`support.loopback`.
 
 Tests import from here (``from tests.webserver import Resource, serve_sites, fetch``)
 so that the server stays one module shared with ``rccrawler demo`` and benchmarks.
@@ -13,8 +13,7 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 import urllib3
-
-from rccrawler.loopback import (
+from support.loopback import (
     HTML,
     NOT_FOUND,
     TEXT,

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from plugins.archive.settings import archive_settings
-from plugins.archive.threads import ArchivingDownloadingThread
+from plugins.archive.threads import ArchiveContext, ArchivingDownloadingThread
 from plugins.archive.writer import WarcArchive
 from plugins.webgraph.manager import WebGraphManager
 
 if TYPE_CHECKING:
     from rccrawler.config import Settings
+    from rccrawler.data.sql import SQLDataManager
     from rccrawler.threads.downloading import DownloadingThread
+    from rccrawler.web.fetch import Fetcher
 
 
 class ArchiveManager(WebGraphManager):
@@ -21,8 +23,9 @@ class ArchiveManager(WebGraphManager):
     downloading_thread_cls: type[DownloadingThread] = ArchivingDownloadingThread
     settings_sections: ClassVar[tuple[str, ...]] = ("archive",)
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
+    def create_context(self, data: SQLDataManager, fetcher: Fetcher) -> ArchiveContext:
+        """The crawl's context with the open archive, where the downloaders write."""
+        settings = self.settings
         options = archive_settings(settings)
         info = {
             "software": "rccrawler (warcio)",
@@ -34,9 +37,14 @@ class ArchiveManager(WebGraphManager):
             "operator": options.operator,
             "robots": "obey" if settings.crawl.obey_robots else "ignore",
         }
-        self.archive = WarcArchive(
-            settings.output_dir, options.prefix, options.max_file_bytes, info
-        )
+        archive = WarcArchive(settings.output_dir, options.prefix, options.max_file_bytes, info)
+        context = super().create_context(data, fetcher)
+        return ArchiveContext(**vars(context), archive=archive)
+
+    @property
+    def archive(self) -> WarcArchive:
+        assert isinstance(self.context, ArchiveContext)
+        return self.context.archive
 
     @classmethod
     def check_settings(cls, settings: Settings) -> None:

@@ -14,10 +14,10 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
-    from rccrawler.manager import ApplicationManager
     from rccrawler.records import PageData
+    from rccrawler.web.html import ParsedPage
 
 CONTACTS = TaskTable(
     "contacts_found",
@@ -37,8 +37,8 @@ class ContactsParsingThread(ParsingThread):
     the same page, so the per-page list needs no lock.
     """
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         self.page_contacts: list[Contact] = []
 
     def found_internal_link(self, page: PageData, url: str) -> None:

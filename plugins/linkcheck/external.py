@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
     from rccrawler.config import Settings
-    from rccrawler.fetch import Fetcher
+    from rccrawler.web.fetch import Fetcher
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
-    from rccrawler.manager import ApplicationManager
     from rccrawler.records import PageData
+    from rccrawler.web.html import ParsedPage
 
 EXTERNAL_LINKS = TaskTable(
     "linkcheck_external",
@@ -29,9 +29,9 @@ class LinkCheckParsingThread(ParsingThread):
     them as the page's rows, stored with the parse, so the unloader can check each
     once and name every page linking to it."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
-        self.check_external = check_external_enabled(manager.settings)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
+        self.check_external = check_external_enabled(context.settings)
         self.page_links: list[str] = []
 
     def found_external_link(self, page: PageData, url: str) -> None:

@@ -13,21 +13,21 @@ from rccrawler.unloaders import ReportUnloader, ResultUnloader, shared_result
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.context import CrawlContext
 
 BROKEN_HEADER = ("url", "status", "found_on")
 
 
-def site_broken_links(manager: ApplicationManager, host: str) -> list[BrokenLink]:
+def site_broken_links(context: CrawlContext, host: str) -> list[BrokenLink]:
     """The broken links of a site, internal and (with check_external) external, by URL;
     found once per crawl (both unloaders need them)."""
 
     def compute() -> list[BrokenLink]:
-        found = find_broken(manager.data, host)
-        statuses = external_statuses(manager)
+        found = find_broken(context.data, host)
+        statuses = external_statuses(context)
         if statuses:
             pages: defaultdict[str, list[str]] = defaultdict(list)
-            for url, page in manager.data.task_rows(
+            for url, page in context.data.task_rows(
                 EXTERNAL_LINKS.name, columns=("url", "found_on"), equals={"host": host}
             ):
                 if url in statuses:
@@ -37,26 +37,26 @@ def site_broken_links(manager: ApplicationManager, host: str) -> list[BrokenLink
             ]
         return sorted(found, key=lambda link: link.url)
 
-    return shared_result(manager, "linkcheck.broken", host, compute)
+    return shared_result(context, "linkcheck.broken", host, compute)
 
 
-def external_statuses(manager: ApplicationManager) -> dict[str, str]:
+def external_statuses(context: CrawlContext) -> dict[str, str]:
     """{url: status} of the broken external links of every site, each checked once."""
 
     def compute() -> dict[str, str]:
-        if not check_external_enabled(manager.settings):
+        if not check_external_enabled(context.settings):
             return {}
-        urls = {url for (url,) in manager.data.task_rows(EXTERNAL_LINKS.name, columns=("url",))}
-        crawl = manager.settings.crawl
+        urls = {url for (url,) in context.data.task_rows(EXTERNAL_LINKS.name, columns=("url",))}
+        crawl = context.settings.crawl
         checker = ExternalChecker(
-            manager.fetcher,
+            context.fetcher,
             delay=crawl.crawl_delay_ms / 1000,
             max_redirects=crawl.max_redirects,
-            workers=manager.settings.downloading_threads,
+            workers=context.settings.downloading_threads,
         )
         return checker.check(urls)
 
-    return shared_result(manager, "linkcheck.external", "", compute)
+    return shared_result(context, "linkcheck.external", "", compute)
 
 
 class BrokenLinksUnloader(ResultUnloader):
@@ -69,7 +69,7 @@ class BrokenLinksUnloader(ResultUnloader):
             "broken.csv",
             BROKEN_HEADER,
             lambda host: (
-                row for link in site_broken_links(self.manager, host) for row in link.rows()
+                row for link in site_broken_links(self.context, host) for row in link.rows()
             ),
         )
 
@@ -81,6 +81,6 @@ class LinkCheckReportUnloader(ReportUnloader):
         report = super().build()
         for host, site in report["sites"].items():
             site["broken_links"] = [
-                link.as_dict() for link in site_broken_links(self.manager, host)
+                link.as_dict() for link in site_broken_links(self.context, host)
             ]
         return report

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from rccrawler.html import HTML_MEDIA_TYPES, ParsedPage, parse_html
 from rccrawler.policy import media_type
+from rccrawler.web.html import HTML_MEDIA_TYPES, ParsedPage, parse_html
 
 SUMMARY_CHARS = 200
 """Length of a summary cut from the text when a page has no description."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from plugins.search.commands import search_arguments, search_command, words_arguments, words_command
 from plugins.search.index import TABLES, SearchIndex
 from plugins.search.query import QueryEvaluator
 from plugins.search.settings import SEARCH_KEYS, index_caps, search_section, text_processor
@@ -12,9 +14,10 @@ from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThr
 from plugins.webgraph.manager import WebGraphManager
 from rccrawler.data.storage import create_storage, open_storage, state_exists
 from rccrawler.exceptions import ConfigError, StateError
+from rccrawler.manager import TaskCommand
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from rccrawler.config import Settings
     from rccrawler.data.tables import TaskTable
@@ -31,6 +34,14 @@ class SearchManager(WebGraphManager):
     parsing_thread_cls: type[ParsingThread] = IndexingParsingThread
     task_tables: ClassVar[tuple[TaskTable, ...]] = TABLES
     settings_sections: ClassVar[tuple[str, ...]] = ("search",)
+    commands: ClassVar[Mapping[str, TaskCommand]] = {
+        **WebGraphManager.commands,
+        "search": TaskCommand("search the crawl's index", search_command, search_arguments),
+        "words": TaskCommand(
+            "list indexed words with their document counts", words_command, words_arguments
+        ),
+        "serve": replace(WebGraphManager.commands["serve"], help="serve the search web page"),
+    }
 
     @classmethod
     def check_settings(cls, settings: Settings) -> None:
@@ -59,7 +70,8 @@ class SearchManager(WebGraphManager):
             yield SearchIndex(data)
 
     @classmethod
-    def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]] | None:
+    def search(cls, settings: Settings, query: str, limit: int = 10) -> list[dict[str, Any]]:
+        """Ranked hits (url, title, summary, snippet, score) of a query over the saved index."""
         with cls.open_index(settings) as index:
             evaluator = QueryEvaluator(index, text_processor(settings))
             return [hit.as_dict() for hit in evaluator.search(query, limit)]
@@ -73,6 +85,7 @@ class SearchManager(WebGraphManager):
         return True
 
     @classmethod
-    def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]] | None:
+    def words(cls, settings: Settings, prefix: str = "") -> list[tuple[str, int]]:
+        """Indexed words starting with ``prefix`` and their document counts."""
         with cls.open_index(settings) as index:
             return index.word_counts(prefix.lower())

@@ -12,10 +12,10 @@ from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.html import ParsedPage
-    from rccrawler.manager import ApplicationManager
     from rccrawler.records import DownloadResult, PageData
+    from rccrawler.web.html import ParsedPage
 
 
 class IndexingParsingThread(ParsingThread):
@@ -23,8 +23,8 @@ class IndexingParsingThread(ParsingThread):
 
     full_parse = True
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
 
@@ -40,8 +40,8 @@ class IndexingDownloadingThread(DownloadingThread):
     """Indexes answers the crawl does not parse (SPEC §5.4): a text/plain body by its
     text, any other type by the file name in its URL."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
 

@@ -18,7 +18,7 @@ from rccrawler.unloaders import shared_result
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.context import CrawlContext
 
 DAMPING = 0.85
 """The probability that the random surfer follows a link (Brin & Page; networkx's alpha)."""
@@ -134,16 +134,16 @@ def analyse(
     return LinkAnalysis(ids, in_degree, rank, iterations, index)
 
 
-def site_analysis(manager: ApplicationManager, host: str) -> LinkAnalysis:
+def site_analysis(context: CrawlContext, host: str) -> LinkAnalysis:
     """The link analysis of one site of a finished crawl, computed once per crawl
     (the CSV, GraphML and HTML unloaders all need it)."""
     from plugins.webgraph.unloaders import is_node  # it imports this module
     from rccrawler.unloaders import graph_arcs
 
     def compute() -> LinkAnalysis:
-        data = manager.data
+        data = context.data
         # A duplicate is not a node of its own: its links count for the page it duplicates.
         nodes = (p.id for p in data.iter_pages(host) if is_node(p) and p.replace_id is None)
         return analyse(nodes, graph_arcs(data, host))  # the arcs of H.arcs.csv
 
-    return shared_result(manager, "webgraph.analysis", host, compute)
+    return shared_result(context, "webgraph.analysis", host, compute)

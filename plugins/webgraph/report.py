@@ -22,7 +22,13 @@ import jinja2
 from plugins.webgraph.analysis import site_analysis
 from rccrawler.policy import media_type
 from rccrawler.records import PageData, PageState
-from rccrawler.unloaders import ResultUnloader, atomic_write, build_report
+from rccrawler.unloaders import (
+    REPORT_KEY,
+    ResultUnloader,
+    atomic_write,
+    build_report,
+    shared_result,
+)
 
 if TYPE_CHECKING:
     from rccrawler.config import Settings
@@ -152,7 +158,9 @@ class HtmlReportUnloader(ResultUnloader):
     template = "report.html"
 
     def unload(self) -> list[Path]:
-        report = self.manager.report or build_report(self.manager)
+        report = shared_result(
+            self.context, REPORT_KEY, "", lambda: build_report(self.context, self.finisher)
+        )
         sites = [self.site(host, summary) for host, summary in report["sites"].items()]
         page = _environment().get_template(self.template).render(report=report, sites=sites)
         path = self.output_dir / "report.html"
@@ -162,7 +170,7 @@ class HtmlReportUnloader(ResultUnloader):
 
     def site(self, host: str, summary: dict[str, Any]) -> SiteCharts:
         charts = SiteCharts(host, summary)
-        analysis = site_analysis(self.manager, host)
+        analysis = site_analysis(self.context, host)
         top = analysis.top(TOP_PAGES)
         urls: dict[int, str] = {}
         wanted = {page_id for page_id, _, _ in top}

@@ -66,7 +66,7 @@ class CsvGraphUnloader(ResultUnloader):
                 out_degree[source] += 1
                 writer.writerow((source, target))
         nodes = self.output_dir / f"{stem}.nodes.csv"
-        analysis = site_analysis(self.manager, host.host)
+        analysis = site_analysis(self.context, host.host)
         with atomic_write(nodes, newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(NODE_HEADER)
@@ -90,7 +90,7 @@ class GraphMLUnloader(ResultUnloader):
 
     def unload_site(self, host: HostData) -> list[Path]:
         path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
-        analysis = site_analysis(self.manager, host.host)
+        analysis = site_analysis(self.context, host.host)
         with atomic_write(path) as handle:
             handle.write(
                 '<?xml version="1.0" encoding="UTF-8"?>\n'

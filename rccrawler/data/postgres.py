@@ -25,21 +25,25 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 import psycopg
-from psycopg import sql
+from psycopg import errors, sql
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rccrawler.data.sql import (
     HOST_COLUMNS,
     PAGE_COLUMNS,
     Claim,
+    Conflict,
     Cursor,
     LeaseLost,
     SQLDataManager,
     StorageOptions,
     host_from_row,
     page_from_row,
+    retry_conflicts,
     state_error,
 )
 from rccrawler.data.stats import StateCounts, snapshot
@@ -54,6 +58,10 @@ logger = logging.getLogger(__name__)
 
 Row = tuple[Any, ...]
 
+CONFLICTS = (errors.SerializationFailure, errors.DeadlockDetected)
+"""SQLSTATE 40001 and 40P01: the server rolled a transaction back to let others go on;
+the same transaction run again succeeds (see :func:`retry_conflicts`)."""
+
 DEFAULT_PARTITIONS = 8
 """Hash partitions of a task table declared with ``partition_by`` (search postings)."""
 
@@ -67,8 +75,13 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE TABLE IF NOT EXISTS counts (
     host TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (host, key)
 );
+CREATE INDEX IF NOT EXISTS skipped_order ON skipped (host, url COLLATE "C");
+CREATE INDEX IF NOT EXISTS pages_host ON pages (host, id);
 """
-"""What only a shared crawl needs: ids from a sequence, the workers, the counters."""
+"""What only a shared crawl needs: ids from a sequence, the workers, the counters, and
+the orders the output reads a site in, a chunk at a time (keyset pagination): its
+pages by id, its skipped links by bytes. Without them each chunk reads the rest of
+the site, and writing the output grows faster than the crawl."""
 
 
 def schema_for(name: str) -> str:
@@ -99,8 +112,12 @@ class _HeldHost:
 class PostgresDataManager(SQLDataManager):
     """A DataManager in a PostgreSQL schema, shared by every worker process of a crawl.
 
-    One connection guarded by one lock (the threads of a process share it), one
-    transaction per method. A worker leases hosts, up to its downloading threads'
+    Writes go through one connection guarded by one lock (the threads of a process
+    share it; the held hosts in memory change with them), one transaction per method.
+    That connection lives as long as the worker and holds its liveness lock. Reads
+    that need no memory of this process (the statistics' counters, the stop check,
+    the hosts, the unloaders' pages) take a connection of a small pool instead, so
+    they never wait behind the crawl's writes. A worker leases hosts, up to its downloading threads'
     worth of connections, and claims each host's waiting pages in batches; the
     crawl delay, the per-host limit and the breadth-first barrier of a host are
     then kept by its one owner. A downloaded body waits in the memory of the
@@ -134,6 +151,9 @@ class PostgresDataManager(SQLDataManager):
     """Seconds a statistics() snapshot is reused."""
     stop_poll_s: ClassVar[float] = 1.0
     """Seconds between two looks for a stop request (``rccrawler stop``)."""
+    read_connections: ClassVar[int] = 3
+    """The pool's connections for reads, at most (a worker's routine, its downloading
+    threads' host lookups and its unloaders read at once)."""
 
     def __init__(
         self,
@@ -155,6 +175,7 @@ class PostgresDataManager(SQLDataManager):
         self.lock_key = random.randrange(1, 2**62)
         """The advisory lock this worker holds while its connection lives."""
         self._conn: psycopg.Connection[Row] | None = None
+        self._pool: ConnectionPool[psycopg.Connection[Row]] | None = None
         self._held: dict[str, _HeldHost] = {}
         self._handed: dict[PageId, PageData] = {}
         """Pages handed to a downloading thread, until their download is stored."""
@@ -201,6 +222,13 @@ class PostgresDataManager(SQLDataManager):
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc
         self._conn = conn
+        if not self.read_only:
+            # status, stop and search read once and leave: their one connection will do.
+            self._pool = ConnectionPool(
+                self.url, min_size=1, max_size=self.read_connections, open=True,
+                kwargs={"autocommit": True}, configure=self._configure_reader, num_workers=1,
+                timeout=30, name=f"rccrawler-{self.owner[:8]}",
+            )  # fmt: skip
         with self._atomic() as cur:
             self._opened_at = self._clock(cur)
             self._load_deep_links(cur)
@@ -210,6 +238,11 @@ class PostgresDataManager(SQLDataManager):
                     (self.owner, self.lock_key, socket.gethostname(), os.getpid(),
                      self._opened_at),
                 )  # fmt: skip
+
+    def _configure_reader(self, conn: psycopg.Connection[Row]) -> None:
+        """A pooled connection reads this crawl's schema, and only reads."""
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        conn.execute("SET default_transaction_read_only = on")
 
     def _task_table_sql(self, table: TaskTable) -> str:
         text = super()._task_table_sql(table)
@@ -230,7 +263,8 @@ class PostgresDataManager(SQLDataManager):
                 return
             if not self.read_only:
                 # Give back what this process still holds, so nobody waits for it.
-                with contextlib.suppress(psycopg.Error), self._transaction() as cur:
+                with contextlib.suppress(psycopg.Error, StateError, Conflict), \
+                        self._transaction() as cur:  # fmt: skip
                     for held in self._held.values():
                         self._save_held(cur, held)
                     self._reclaim(cur, self.owner)
@@ -238,10 +272,14 @@ class PostgresDataManager(SQLDataManager):
                 self._held.clear()
             self._conn.close()
             self._conn = None
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
 
     def describe(self) -> str:
         return f"schema {self.schema} of {self.url}"
 
+    @retry_conflicts
     def request_stop(self) -> None:
         with self._atomic() as cur:
             cur.execute(
@@ -250,13 +288,14 @@ class PostgresDataManager(SQLDataManager):
                 (repr(self._clock(cur)),),
             )
 
+    @retry_conflicts
     def stop_requested(self) -> bool:
         # Workers started after the request carry on: it was meant for those running then.
         now = time.monotonic()
         if now - self._stop_checked_at < self.stop_poll_s:
             return self._stop_seen
         self._stop_checked_at = now
-        with self._atomic() as cur:
+        with self._reading() as cur:
             cur.execute("SELECT value FROM meta WHERE key = 'stop_requested'")
             row = cur.fetchone()
         self._stop_seen = row is not None and float(row[0]) >= self._opened_at
@@ -289,17 +328,42 @@ class PostgresDataManager(SQLDataManager):
     def _transaction(self) -> Iterator[Cursor]:
         if self._conn is None:
             raise StateError("the DataManager is not open")
+        committed = False
         try:
-            with self._conn.transaction(), self._conn.cursor() as cur:
+            with self._storage_errors(), self._conn.transaction(), self._conn.cursor() as cur:
                 yield cur
                 self._write_deltas(cur)
-        except psycopg.OperationalError as exc:
-            self._deltas.clear()
-            raise state_error(self.url, exc) from exc
-        except BaseException:
-            self._deltas.clear()
-            raise
+            committed = True
+        finally:
+            if not committed:
+                self._deltas.clear()
+            self._transaction_ended(committed=committed)
         self._wake()
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Cursor]:
+        """A read on a pooled connection, outside this process's lock (see the class)."""
+        if self._pool is None:  # a read-only open: its one connection is free
+            with self._atomic() as cur:
+                yield cur
+            return
+        with (
+            self._storage_errors(),
+            self._pool.connection() as conn,
+            conn.transaction(),
+            conn.cursor() as cur,
+        ):
+            yield cur
+
+    @contextlib.contextmanager
+    def _storage_errors(self) -> Iterator[None]:
+        """A conflict becomes Conflict (the call runs again), a lost server StateError."""
+        try:
+            yield
+        except CONFLICTS as exc:
+            raise Conflict(str(exc).partition("\n")[0]) from exc
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise state_error(self.url, exc) from exc
 
     def _sql(self, query: str) -> str:
         return query.replace("?", "%s")
@@ -346,10 +410,13 @@ class PostgresDataManager(SQLDataManager):
         rows = [(host, key, n) for (host, key), n in sorted(self._deltas.items()) if n]
         self._deltas.clear()
         if rows:
-            cur.executemany(
-                "INSERT INTO counts VALUES (%s, %s, %s) ON CONFLICT (host, key) "
-                "DO UPDATE SET n = counts.n + excluded.n",
-                rows,
+            # One statement, rows in sorted order (two workers never lock them in opposite
+            # orders), not executemany: its pipeline costs more than the few rows here.
+            hosts, keys, deltas = zip(*rows, strict=True)
+            cur.execute(
+                "INSERT INTO counts SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) "
+                "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
+                (list(hosts), list(keys), list(deltas)),
             )
 
     def _on_move(
@@ -367,13 +434,17 @@ class PostgresDataManager(SQLDataManager):
         self._count(page.host, "duplicates", int(duplicate))
         self._count(page.host, "aliases", int(alias))
         self._count(page.host, "bytes", size)
-        held = self._held.get(page.host)
+        self._after_commit(partial(self._held_moved, page.host, page.state, page.level, new))
+
+    def _held_moved(self, host: str, old: PageState, level: int, new: PageState) -> None:
+        """A page of a held host changed state (committed): its barrier and its queue."""
+        held = self._held.get(host)
         if held is None:
             return
-        was_busy = page.state in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        was_busy = old in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
         busy = new in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
         if was_busy and not busy:
-            held.levels[page.level] -= 1
+            held.levels[level] -= 1
             held.busy -= 1
             held.dry = False
         if new is PageState.WAITING:
@@ -381,6 +452,9 @@ class PostgresDataManager(SQLDataManager):
 
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
         self._count(host, "state:waiting", count)
+        self._after_commit(partial(self._held_admitted, host, count))
+
+    def _held_admitted(self, host: str, count: int) -> None:
         held = self._held.get(host)
         if held is not None:
             held.admitted += count
@@ -411,6 +485,7 @@ class PostgresDataManager(SQLDataManager):
         held.queue = deque(sorted(held.queue, key=lambda p: (p.level, p.id)))
 
     # -- workers, and what a dead one held ---------------------------------------------
+    @retry_conflicts
     def recover(self) -> int:
         """Take back what dead workers held. Live workers keep theirs: unlike SQLite,
         a starting worker does not take back everything in progress."""
@@ -458,19 +533,21 @@ class PostgresDataManager(SQLDataManager):
             "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
             (owner,),
         )
+        # Counted in the statement: a dead worker may have held thousands of pages.
         cur.execute(
-            "UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
-            "FROM pages old WHERE p.id = old.id AND p.owner = %s "
-            "AND p.state IN ('waiting', 'running', 'downloaded', 'parsing') "
-            "RETURNING old.host, old.state",
+            "WITH old AS (SELECT id, host, state FROM pages WHERE owner = %s "
+            "AND state IN ('waiting', 'running', 'downloaded', 'parsing') FOR UPDATE), "
+            "moved AS (UPDATE pages p SET state = 'waiting', owner = '', lease_until = 0 "
+            "FROM old WHERE p.id = old.id RETURNING old.host, old.state) "
+            "SELECT host, state, count(*) FROM moved WHERE state <> 'waiting' "
+            "GROUP BY host, state",
             (owner,),
         )
         moved = 0
-        for host, state in cur.fetchall():
-            if state != PageState.WAITING:
-                self._count(host, f"state:{state}", -1)
-                self._count(host, "state:waiting", 1)
-                moved += 1
+        for host, state, count in cur.fetchall():
+            self._count(host, f"state:{state}", -count)
+            self._count(host, "state:waiting", count)
+            moved += count
         if moved:
             self._wake_downloaders = 1 << 16
         return moved
@@ -478,9 +555,10 @@ class PostgresDataManager(SQLDataManager):
     def live_workers(self) -> int:
         return sum(1 for *_rest, alive in self.workers() if alive)
 
+    @retry_conflicts
     def workers(self) -> list[tuple[str, str, int, bool]]:
         """(owner, machine, pid, alive) of every worker that joined and did not leave."""
-        with self._atomic() as cur:
+        with self._reading() as cur:
             cur.execute("SELECT owner, machine, pid, lock_key FROM workers ORDER BY started_at")
             rows = cur.fetchall()
             found = []
@@ -544,7 +622,10 @@ class PostgresDataManager(SQLDataManager):
         return Claim(page, held.data, held.admitted, self._now())
 
     def _release(self, cur: Cursor, page: PageData) -> None:
-        held = self._held.get(page.host)
+        self._after_commit(partial(self._slot_freed, page.host))
+
+    def _slot_freed(self, host: str) -> None:
+        held = self._held.get(host)
         if held is not None:
             held.data.in_flight = max(0, held.data.in_flight - 1)
         self._wake_downloaders += 1
@@ -569,12 +650,14 @@ class PostgresDataManager(SQLDataManager):
              data.host),
         )  # fmt: skip
 
+    @retry_conflicts
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._atomic() as cur:
+        with self._reading() as cur:
             cur.execute(self._sql(query), params)
             return list(cur.fetchall())
 
     # -- claiming work ---------------------------------------------------------------
+    @retry_conflicts
     def take_robots(self) -> HostData | None:
         if not self._robots_pending or self.read_only:
             return None  # a hint, refreshed with the statistics snapshot
@@ -595,13 +678,15 @@ class PostgresDataManager(SQLDataManager):
                 return None
             return host_from_row(row)
 
+    @retry_conflicts
     def hosts(self) -> list[HostData]:
-        with self._atomic() as cur:
+        with self._reading() as cur:
             cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY host")
             return [host_from_row(row) for row in cur.fetchall()]
 
+    @retry_conflicts
     def host(self, host: str) -> HostData | None:
-        with self._atomic() as cur:
+        with self._reading() as cur:
             cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
             row = cur.fetchone()
             return host_from_row(row) if row is not None else None
@@ -609,6 +694,7 @@ class PostgresDataManager(SQLDataManager):
     def _due_in(self) -> float:
         return max(0.001, min(0.05, self._next_try - time.monotonic()))
 
+    @retry_conflicts
     def take_for_download(self) -> PageData | None:
         if self.read_only or self._pending_bytes > self.max_pending_bytes:
             return None
@@ -649,15 +735,10 @@ class PostgresDataManager(SQLDataManager):
             page = held.queue[0]
             if not breadth_first_allows(page.level, busy):
                 continue
-            held.queue.popleft()
-            with self._transaction() as cur:
-                cur.execute(
-                    "UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s",
-                    (page.id, self.owner),
-                )
-                if not cur.rowcount:
-                    continue  # reaped meanwhile (this worker looked dead): not ours
-                self._on_move(page, PageState.RUNNING)
+            taken = self._mark_running(page)  # else reaped meanwhile (this worker looked dead)
+            held.queue.popleft()  # committed: a conflict leaves it queued, for the retry
+            if not taken:
+                continue
             held.levels[page.level] += 1
             held.busy += 1
             data.in_flight += 1
@@ -666,6 +747,22 @@ class PostgresDataManager(SQLDataManager):
             self._handed[page.id] = page
             return replace(page)
         return None
+
+    def _mark_running(self, page: PageData) -> bool:
+        """Mark a claimed page running, and count it, in one statement and one round
+        trip (it is the crawl's most frequent write): whether it was still ours."""
+        if self._conn is None:
+            raise StateError("the DataManager is not open")
+        with self._storage_errors(), self._conn.cursor() as cur:
+            # Autocommit: the statement is its own transaction.
+            cur.execute(
+                "WITH taken AS (UPDATE pages SET state = 'running' WHERE id = %s AND owner = %s "
+                "RETURNING host) INSERT INTO counts SELECT host, key, n FROM taken, "
+                "(VALUES ('state:running', 1), ('state:waiting', -1)) AS moved (key, n) "
+                "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
+                (page.id, self.owner),
+            )
+            return cur.rowcount > 0
 
     def _claim_batch(self, held: _HeldHost, busy: Sequence[int]) -> None:
         """Claim the next waiting pages of a held host in one round trip."""
@@ -738,6 +835,7 @@ class PostgresDataManager(SQLDataManager):
         del self._held[held.data.host]
         self._wake_downloaders = 1 << 16
 
+    @retry_conflicts
     def mark_request_sent(self, host: str) -> None:
         with self._lock:
             held = self._held.get(host)
@@ -757,31 +855,35 @@ class PostgresDataManager(SQLDataManager):
                 )
 
     # -- reading ---------------------------------------------------------
+    @retry_conflicts
     def statistics(self) -> CrawlStats:
-        with self._lock:
-            self._reap_dead()
-            if self._stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
-                return self._stats
-            with self._transaction() as cur:
-                # One snapshot for both queries: the finisher must not see a page
-                # leave the queue without seeing where it went.
-                cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cur.execute(
-                    f"SELECT {HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host"
-                )
-                host_rows = cur.fetchall()
-                cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
-                count_rows = cur.fetchall()
-            counts: dict[str, StateCounts] = {}
-            for host, key, n in count_rows:
-                c = counts.setdefault(host, StateCounts({}, {}))
-                kind, _, name = key.partition(":")
-                if kind == "state":
-                    c.by_state[name] = int(n)
-                elif kind == "error":
-                    c.errors[name] = int(n)
-                elif kind in ("duplicates", "aliases", "bytes"):
-                    setattr(c, kind, int(n))
+        if time.monotonic() - self._reaped_at >= self.reap_interval:
+            with self._lock:
+                self._reap_dead()
+        stats = self._stats
+        if stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
+            return stats
+        # The counters on a pooled connection, without the lock: status, the live view
+        # and the finisher never wait behind this process's writes.
+        with self._reading() as cur:
+            # One snapshot for both queries: the finisher must not see a page
+            # leave the queue without seeing where it went.
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute(f"SELECT {HOST_COLUMNS}, budget_hit FROM hosts ORDER BY started_at, host")
+            host_rows = cur.fetchall()
+            cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
+            count_rows = cur.fetchall()
+        counts: dict[str, StateCounts] = {}
+        for host, key, n in count_rows:
+            c = counts.setdefault(host, StateCounts({}, {}))
+            kind, _, name = key.partition(":")
+            if kind == "state":
+                c.by_state[name] = int(n)
+            elif kind == "error":
+                c.errors[name] = int(n)
+            elif kind in ("duplicates", "aliases", "bytes"):
+                setattr(c, kind, int(n))
+        with self._lock:  # what lives in this process's memory, as of now
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
             sites = []
             pending = 0
@@ -808,6 +910,7 @@ class PostgresDataManager(SQLDataManager):
         self._stats = None
         super().set_stop_reason(host, reason)
 
+    @retry_conflicts
     def try_elect(self, role: str) -> bool:
         """Whether this worker is the one (of all workers of the crawl) to do ``role``
         (writing the output files): the first to ask holds it until it closes."""

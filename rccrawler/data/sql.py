@@ -11,13 +11,16 @@ placeholders that a dialect may rewrite (Django's database backends are the mode
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
+import logging
+import random
 import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar, Protocol, TypedDict, Unpack
+from typing import Any, ClassVar, Concatenate, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.data.tables import TaskTable, check_rows
@@ -218,6 +221,51 @@ class LeaseLost(Exception):
     """The page's lease expired and another process took it: this result is dropped."""
 
 
+class Conflict(Exception):
+    """The database rolled a transaction back to break a deadlock or a serialization
+    conflict (SQLSTATE 40P01, 40001): the same call, run again, succeeds."""
+
+
+logger = logging.getLogger(__name__)
+
+CONFLICT_ATTEMPTS = 10
+"""Tries of one call that keeps meeting conflicts before the crawl gives up on it."""
+CONFLICT_BACKOFF_S = (0.005, 0.5)
+"""First and longest wait between two tries (doubling, full jitter)."""
+
+Manager = TypeVar("Manager", bound="SQLDataManager")
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+
+def retry_conflicts(
+    method: Callable[Concatenate[Manager, Params], Result],
+) -> Callable[Concatenate[Manager, Params], Result]:
+    """Run a DataManager call again when the database aborted it over a conflict.
+
+    The one place conflicts are handled, so a worker never dies from one: the call's
+    transaction was rolled back, and what it changed in memory waits for the commit
+    (:meth:`SQLDataManager._after_commit`), so running it again is safe. Waits grow
+    from 5 ms and are jittered, so two workers that collided do not collide again.
+    """
+
+    @functools.wraps(method)
+    def retried(self: Manager, /, *args: Params.args, **kwargs: Params.kwargs) -> Result:
+        first, longest = CONFLICT_BACKOFF_S
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                return method(self, *args, **kwargs)
+            except Conflict as exc:
+                if attempt + 1 == CONFLICT_ATTEMPTS:
+                    raise StateError(f"gave up after {attempt + 1} conflicts: {exc}") from exc
+                self.conflicts += 1
+                logger.info("%s: %s; trying again", method.__name__, exc)
+                time.sleep(random.uniform(0, min(longest, first * 2**attempt)))
+        raise AssertionError("unreachable")
+
+    return retried
+
+
 class SQLDataManager(DataManager):
     """Every SQL statement of the crawl, once; a backend subclass is its dialect.
 
@@ -253,6 +301,9 @@ class SQLDataManager(DataManager):
         self._pending_bytes = 0
         self._deep_links = False
         """Some link was too deep to queue (then new pages look for arcs to them)."""
+        self._commit_hooks: list[Callable[[], None]] = []
+        self.conflicts = 0
+        """Calls run again after a conflict (see :func:`retry_conflicts`)."""
 
     def bodies_waiting(self) -> int:
         with self._lock:
@@ -268,6 +319,18 @@ class SQLDataManager(DataManager):
     def _transaction(self) -> contextlib.AbstractContextManager[Cursor]:
         """One committed transaction; the caller holds ``_lock``. A failure rolls it back
         and a storage failure becomes a StateError."""
+
+    def _after_commit(self, hook: Callable[[], None]) -> None:
+        """Change memory only once the open transaction commits (lock held): a
+        transaction rolled back over a conflict and run again finds memory unchanged."""
+        self._commit_hooks.append(hook)
+
+    def _transaction_ended(self, *, committed: bool) -> None:
+        """Every dialect's transaction calls this as it ends (lock held)."""
+        hooks, self._commit_hooks = self._commit_hooks, []
+        if committed:
+            for hook in hooks:
+                hook()
 
     @contextlib.contextmanager
     def _atomic(self) -> Iterator[Cursor]:
@@ -387,6 +450,7 @@ class SQLDataManager(DataManager):
     shared: ClassVar[bool] = False
     """Whether several processes may share the state (no --fresh hints then)."""
 
+    @retry_conflicts
     def check_identity(self, manager: str) -> None:
         with self._atomic() as cur:
             self._lock_identity(cur)
@@ -410,6 +474,7 @@ class SQLDataManager(DataManager):
     def _lock_sites(self, cur: Cursor) -> None:
         """Serialize adding sites between processes (no-op here)."""
 
+    @retry_conflicts
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
         with self._atomic() as cur:
             self._lock_sites(cur)
@@ -441,6 +506,7 @@ class SQLDataManager(DataManager):
             self._save_host(cur, known)
             return True
 
+    @retry_conflicts
     def add_links(
         self,
         host: str,
@@ -556,6 +622,7 @@ class SQLDataManager(DataManager):
                     deeper.append(page_id)
         return known, deeper
 
+    @retry_conflicts
     def store_robots(
         self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
     ) -> None:
@@ -586,6 +653,7 @@ class SQLDataManager(DataManager):
         )
         self._on_waiting_ended(host, cur.rowcount)
 
+    @retry_conflicts
     def set_stop_reason(self, host: str, reason: str) -> None:
         with self._atomic() as cur:
             data = self._find_host(cur, host)
@@ -615,6 +683,7 @@ class SQLDataManager(DataManager):
         """Seconds until a download may be due, as the last take saw it."""
         return 1.0
 
+    @retry_conflicts
     def store_download(
         self,
         page_id: PageId,
@@ -702,16 +771,21 @@ class SQLDataManager(DataManager):
             page.content_hash, page.bytes = content_hash, size
             page.download_attempts, page.downloaded = outcome.attempts, True
             page.truncated, page.error_code = result.truncated, ""
-            heapq.heappush(self._parse_queue, (page.level, page.id))
-            self._downloaded[page.id] = (page, result.body)
-            self._pending_bytes += size
-            self._wake_parsers += 1
+            self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))
+
+    def _queue_for_parsing(self, page: PageData, body: bytes) -> None:
+        """A stored download waits in memory for this process's parsers (lock held)."""
+        heapq.heappush(self._parse_queue, (page.level, page.id))
+        self._downloaded[page.id] = (page, body)
+        self._pending_bytes += len(body)
+        self._wake_parsers += 1
 
     def _replace_of(self, cur: Cursor, page_id: PageId) -> PageId | None:
         cur.execute(self._sql("SELECT replace_id FROM pages WHERE id = ?"), (page_id,))
         row = cur.fetchone()
         return PageId(row[0]) if row is not None and row[0] is not None else None
 
+    @retry_conflicts
     def store_redirect(
         self, page_id: PageId, target_url: str, target_normalized: str, skip: SkipReason | None
     ) -> None:
@@ -767,6 +841,7 @@ class SQLDataManager(DataManager):
                 self._on_move(page, PageState.WAITING)
                 self._wake_downloaders += 1
 
+    @retry_conflicts
     def skip_page(self, page_id: PageId, reason: SkipReason) -> None:
         with self._page_write() as cur:
             page = self._claim(cur, page_id, LEASED_STATES, None).page
@@ -794,6 +869,7 @@ class SQLDataManager(DataManager):
             self._parsing[page_id] = (page, len(body))
             return replace(page), body
 
+    @retry_conflicts
     def store_parse(
         self,
         page_id: PageId,
@@ -801,61 +877,76 @@ class SQLDataManager(DataManager):
         skipped: Sequence[SkippedLink],
         rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
     ) -> None:
-        with self._lock:
-            page, size = self._parsing.pop(page_id)
-            self._pending_bytes -= size
-            with contextlib.suppress(LeaseLost), self._transaction() as cur:
-                claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
-                unique = unique_links(links)
-                level, referer = page.level + 1, page.url
-                known, deeper = self._known_links(cur, list(unique), level)
-                admission = admit_links(unique, known, claim.admitted, self.limits)
-                new_rows = [
-                    (page.host, link.url, link.normalized_url, page_id, level, referer)
-                    for link in admission.new
-                ]
-                new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
-                if deeper:
-                    self._lower_levels(cur, page, deeper)
-                targets = admission.known_targets + new_ids
-                cur.executemany(
-                    self._sql(
-                        "INSERT INTO arcs (from_id, to_id, host) VALUES (?, ?, ?) "
-                        "ON CONFLICT DO NOTHING"
-                    ),
-                    [(page_id, target, page.host) for target in targets],
-                )
-                if admission.budget_hit:
-                    self._on_budget_hit(cur, page.host)
-                deep = [(url, page_id, page.host) for url, reason in admission.not_queued
+        with (
+            self._lock,
+            self._parse_ending(page_id) as page,
+            contextlib.suppress(LeaseLost),
+            self._transaction() as cur,
+        ):
+            claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
+            unique = unique_links(links)
+            level, referer = page.level + 1, page.url
+            known, deeper = self._known_links(cur, list(unique), level)
+            admission = admit_links(unique, known, claim.admitted, self.limits)
+            new_rows = [
+                (page.host, link.url, link.normalized_url, page_id, level, referer)
+                for link in admission.new
+            ]
+            new_ids = self._insert_pages(cur, page.host, new_rows) if new_rows else []
+            if deeper:
+                self._lower_levels(cur, page, deeper)
+            targets = admission.known_targets + new_ids
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO arcs (from_id, to_id, host) VALUES (?, ?, ?) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                [(page_id, target, page.host) for target in targets],
+            )
+            if admission.budget_hit:
+                self._on_budget_hit(cur, page.host)
+            deep = [(url, page_id, page.host) for url, reason in admission.not_queued
                         if reason == SkipReason.DEPTH.value]  # fmt: skip
-                if deep:
-                    cur.executemany(
-                        self._sql(
-                            "INSERT INTO deep_links (url, from_id, host) VALUES (?, ?, ?) "
-                            "ON CONFLICT DO NOTHING"
-                        ),
-                        deep,
-                    )
-                    self._deep_links = True
+            if deep:
                 cur.executemany(
                     self._sql(
-                        "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?) "
+                        "INSERT INTO deep_links (url, from_id, host) VALUES (?, ?, ?) "
                         "ON CONFLICT DO NOTHING"
                     ),
-                    [(page.host, url, reason, page_id) for url, reason in admission.not_queued]
-                    + [(page.host, s.url, s.reason.value, page_id) for s in skipped],
+                    deep,
                 )
-                if rows:
-                    self._write_task_rows(cur, page_id, rows)
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ? "
-                        "WHERE id = ?"
-                    ),
-                    (True, len(targets), page_id),
-                )
-                self._on_move(page, PageState.DONE)
+                self._deep_links = True
+            cur.executemany(
+                self._sql(
+                    "INSERT INTO skipped (host, url, reason, found_on) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING"
+                ),
+                [(page.host, url, reason, page_id) for url, reason in admission.not_queued]
+                + [(page.host, s.url, s.reason.value, page_id) for s in skipped],
+            )
+            if rows:
+                self._write_task_rows(cur, page_id, rows)
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ? "
+                    "WHERE id = ?"
+                ),
+                (True, len(targets), page_id),
+            )
+            self._on_move(page, PageState.DONE)
+
+    @contextlib.contextmanager
+    def _parse_ending(self, page_id: PageId) -> Iterator[PageData]:
+        """The page being parsed, forgotten once its parse is stored (or failed for good).
+        After a conflict it stays, for :func:`retry_conflicts` to run the call again."""
+        try:
+            yield self._parsing[page_id][0]
+        except Conflict:
+            raise
+        except BaseException:
+            self._pending_bytes -= self._parsing.pop(page_id)[1]
+            raise
+        self._pending_bytes -= self._parsing.pop(page_id)[1]
 
     def _lower_levels(self, cur: Cursor, page: PageData, targets: Sequence[int]) -> None:
         """A page's level is its shortest distance from a start page (SPEC §5.1): a
@@ -1027,19 +1118,24 @@ class SQLDataManager(DataManager):
             last = (int(rows[-1][0]), int(rows[-1][1]))
 
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
-        last = ""
+        order, last = self.text_order, ""
         while True:
+            # The next chunk of the site's skipped links in URL order, an index range of
+            # its own size, and then which of them became pages after all: filtering
+            # first would read every remaining row of the site for each chunk.
             rows = self._read(
-                "SELECT s.url, s.reason, coalesce(p.normalized_url, '') FROM skipped s "
-                "LEFT JOIN pages p ON p.id = s.found_on WHERE s.host = ? "
-                f"AND s.url{self.text_order} > ? "
-                "AND NOT EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) "
-                f"ORDER BY s.url{self.text_order} LIMIT 2000",
+                "SELECT s.url, s.reason, coalesce(p.normalized_url, ''), "
+                "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) FROM "
+                f"(SELECT url, reason, found_on FROM skipped WHERE host = ? AND url{order} > ? "
+                f"ORDER BY url{order} LIMIT 2000) s "
+                f"LEFT JOIN pages p ON p.id = s.found_on ORDER BY s.url{order}",
                 (host, last),
             )
             if not rows:
                 return
-            yield from rows
+            for url, reason, found_on, known in rows:
+                if not known:
+                    yield url, reason, found_on
             last = rows[-1][0]
 
 

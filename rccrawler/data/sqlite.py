@@ -230,6 +230,7 @@ class SQLiteDataManager(SQLDataManager):
             yield db.cursor()
             db.execute("RELEASE call")
         except BaseException as exc:
+            self._transaction_ended(committed=False)
             if isinstance(exc, sqlite3.OperationalError):
                 # The database may have undone more than this call (a full disk):
                 # give up the whole group; the crawl stops on the StateError.
@@ -241,6 +242,7 @@ class SQLiteDataManager(SQLDataManager):
             except sqlite3.Error:
                 self._rollback()
             raise
+        self._transaction_ended(committed=True)
         self._group_calls += 1
         if (
             self._group_calls >= self.group_commit_calls

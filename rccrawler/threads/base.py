@@ -7,10 +7,10 @@ import threading
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.exceptions import StateError
-from rccrawler.robots import RobotsRules
+from rccrawler.web.robots import RobotsRules
 
 if TYPE_CHECKING:
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.context import CrawlContext
     from rccrawler.policy import ScopeRules
 
 logger = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ class CrawlerThread(threading.Thread):
     it after joining, and stops the whole crawl.
 
     Args:
-        manager: the ApplicationManager that owns the thread.
+        context: what the thread may use of its crawl (settings, storage, fetcher, stop).
         index: the thread's number among its kind, for its name.
     """
 
@@ -33,12 +33,12 @@ class CrawlerThread(threading.Thread):
     work_kind: ClassVar[str] = "download"
     """What an idle thread waits for in DataManager.wait_for_work()."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
+    def __init__(self, context: CrawlContext, index: int) -> None:
         super().__init__(name=f"{type(self).__name__}-{index}", daemon=True)
-        self.manager = manager
-        self.data = manager.data
-        self.settings = manager.settings
-        self.stopping = manager.stopping
+        self.context = context
+        self.data = context.data
+        self.settings = context.settings
+        self.stopping = context.stopping
         self.error: BaseException | None = None
         self._robots: dict[str, RobotsRules] = {}
         self._scopes: dict[str, ScopeRules] = {}
@@ -52,11 +52,11 @@ class CrawlerThread(threading.Thread):
             # The state cannot be written (disk full...): the manager reports it, once.
             self.error = exc
             logger.debug("%s stopped: %s", self.name, exc)
-            self.manager.abort()
+            self.context.abort()
         except BaseException as exc:
             self.error = exc
             logger.exception("%s crashed; stopping the crawl", self.name)
-            self.manager.abort()
+            self.context.abort()
         finally:
             self.close()
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 from rccrawler.policy import scope_skip
 from rccrawler.records import DownloadResult, FoundLink, PageData, SkippedLink, SkipReason
-from rccrawler.robots import RobotsRules, cut_robots_body
-from rccrawler.sitemaps import parse_sitemap, sitemap_seeds
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import (
+from rccrawler.web.robots import RobotsRules, cut_robots_body
+from rccrawler.web.sitemaps import parse_sitemap, sitemap_seeds
+from rccrawler.web.urls import (
     link_scope,
     named_authorities,
     normalize_url,
@@ -22,8 +22,8 @@ from rccrawler.urls import (
 )
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.manager import ApplicationManager
     from rccrawler.records import HostData
 
 logger = logging.getLogger(__name__)
@@ -42,11 +42,11 @@ def content_hash(body: bytes) -> str:
 class DownloadingThread(CrawlerThread):
     """Fetches robots.txt files and pages; politeness is the DataManager's take."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
-        self.fetcher = manager.fetcher
-        self.crawl = manager.settings.crawl
-        self.named = named_authorities(manager.settings.sites, self.crawl.resolve)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
+        self.fetcher = context.fetcher
+        self.crawl = context.settings.crawl
+        self.named = named_authorities(context.settings.sites, self.crawl.resolve)
         """Hosts the settings name: the only non-public ones robots redirects may reach."""
 
     def step(self) -> bool:

@@ -5,23 +5,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-from rccrawler.html import ParsedPage, parse_html
 from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
-from rccrawler.urls import link_scope, normalize_url, request_url
+from rccrawler.web.html import ParsedPage, parse_html
+from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
+    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.manager import ApplicationManager
 
 logger = logging.getLogger(__name__)
-
-
-MAX_DECISIONS = 1_024
-"""Link decisions a ParsingThread remembers (all sites together), then starts over: enough
-for a site's navigation links, about 0.3 MB; 50,000 cost 30 MB of peak RSS on a 1M-URL
-frontier (benchmarks/large_site.py), where every link is new."""
 
 
 class ParsingThread(CrawlerThread):
@@ -31,16 +25,15 @@ class ParsingThread(CrawlerThread):
     full_parse: bool = False
     """Whether parse_html() extracts text fields too (a search index needs them)."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         # Parsers outlive the downloaders at a stop, to finish the pages in memory.
-        self.stopping = manager.parsing_stopping
-        crawl = manager.settings.crawl
+        self.stopping = context.parsing_stopping
+        crawl = context.settings.crawl
         self.crawl = crawl
         self.options = crawl.normalize_options
-        self.query_variants = manager.query_variants
-        self._decisions: dict[str, dict[str, tuple[str | None, FoundLink | SkippedLink]]] = {}
-        self._decided = 0
+        self.query_variants = context.query_variants
+        self.decisions = context.link_decisions
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -75,7 +68,7 @@ class ParsingThread(CrawlerThread):
     # classify_links() calls one of these for every link of a page, once each (a
     # page's links are unique, fragments dropped), in document order, before the
     # page's links are stored. They run on this ParsingThread, and several
-    # ParsingThreads run at once: state shared between them (e.g. on the manager)
+    # ParsingThreads run at once: state shared between them (e.g. on the context)
     # needs a lock. They may read ``page`` and ``self.data``'s read methods, but
     # not change the crawl: what a page links to is decided by classify_links().
     # A page parsed again after a crash (its parse was never stored) calls them
@@ -102,23 +95,19 @@ class ParsingThread(CrawlerThread):
         """Split a page's links into ones to queue and ones skipped with a reason.
 
         Pages of a site repeat most of their links (navigation, index), so each
-        absolute URL is decided once per site and thread (see :meth:`decide_link`).
+        absolute URL is decided once per site, for all parsing threads, while it keeps
+        coming up (see :meth:`decide_link` and ``CrawlContext.link_decisions``).
         """
-        if self._decided > MAX_DECISIONS:
-            self._decisions.clear()
-            self._decided = 0
-        decisions = self._decisions.get(page.host)
-        if decisions is None:
-            decisions = self._decisions[page.host] = {}
+        decisions = self.decisions
+        host = page.host
         too_deep = page.level + 1 > self.settings.crawl_for(page.host).max_depth
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         for url in parsed.links:
-            known = decisions.get(url)
+            known = decisions.get((host, url))
             if known is None:
-                known = decisions[url] = (link_scope(url, page.host),
-                                          self.decide_link(url, page.host))  # fmt: skip
-                self._decided += 1
+                known = (link_scope(url, host), self.decide_link(url, host))
+                decisions.put((host, url), known)
             scope, decision = known
             # The seed spider's hooks, once per link of the page.
             if scope is None:

@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.memory import release_memory
 from rccrawler.threads.base import CrawlerThread
 
 if TYPE_CHECKING:
-    from rccrawler.manager import ApplicationManager
+    from rccrawler.context import CrawlContext, StatusSink
     from rccrawler.records import CrawlStats
 
 logger = logging.getLogger(__name__)
-
-
-class StatusSink(Protocol):
-    """What the RoutineThread needs of a status view (``manager.view``): somewhere to put
-    snapshots. The view renders on its own schedule; this thread only feeds it."""
-
-    def update(self, stats: CrawlStats) -> None: ...
 
 
 def error_worth_a_warning(kind: str) -> bool:
@@ -47,8 +40,8 @@ class RoutineThread(CrawlerThread):
     """Seconds between two returns of freed heap memory to the OS."""
     """Seconds between two progress lines in plain-log mode."""
 
-    def __init__(self, manager: ApplicationManager, index: int) -> None:
-        super().__init__(manager, index)
+    def __init__(self, context: CrawlContext, index: int) -> None:
+        super().__init__(context, index)
         now = time.monotonic()
         self._last_progress = now
         self._last_trim = now
@@ -63,14 +56,14 @@ class RoutineThread(CrawlerThread):
         if now - self._last_trim >= self.trim_every:
             release_memory()
             self._last_trim = now
-        if self.manager.stop_file.exists() or self.data.stop_requested():
+        if self.context.stop_file.exists() or self.data.stop_requested():
             logger.info("stop requested (rccrawler stop)")
-            self.manager.request_stop("stop requested")
+            self.context.request_stop("stop requested")
             return True
         if self._errors_seen is None:
             self.take_baseline(self.data.statistics())
         now = time.monotonic()
-        view: StatusSink | None = self.manager.view
+        view: StatusSink | None = self.context.status
         if view is not None:
             if now - self._last_feed >= self.view_every:
                 stats = self.data.statistics()
@@ -86,7 +79,7 @@ class RoutineThread(CrawlerThread):
 
     def close(self) -> None:
         """Hand the view a last snapshot, so its final frame shows every stop reason."""
-        view: StatusSink | None = self.manager.view
+        view: StatusSink | None = self.context.status
         if view is not None:
             try:
                 view.update(self.data.statistics())

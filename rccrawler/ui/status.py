@@ -25,7 +25,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from rccrawler.safetext import terminal_safe
+from rccrawler.ui.safetext import terminal_safe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping

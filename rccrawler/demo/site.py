@@ -1,31 +1,26 @@
-"""Deterministic sample sites for the loopback server: the demo site and big generated sites.
+"""The sample site of ``rccrawler demo``, and the English-looking text it is written in.
 
 Everything here is a pure function of its arguments (random generators get fixed
-seeds), so a crawl of these sites can be asserted page by page and benchmarks
-compare like with like.
+seeds), so a crawl of the demo site can be asserted page by page (see tests/test_demo.py).
 """
 
 from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 
-from rccrawler.loopback import TEXT, Resource, redirect
+from rccrawler.demo.server import TEXT, Resource, redirect
 
 __all__ = [
     "BLOG_HOST",
     "DEMO_HOST",
     "EXTERNAL_HOST",
     "DemoFacts",
-    "GeneratedSite",
     "demo_facts",
     "demo_sites",
-    "generated_site",
-    "page_level",
-    "page_path",
 ]
 
 DEMO_HOST = "demo.test"
@@ -40,7 +35,7 @@ def _words(text: str) -> tuple[str, ...]:
     return tuple(text.split())
 
 
-_NOUNS = _words(
+NOUNS = _words(
     "crawler server page link thread queue request response index setting host file "
     "record query word report graph node archive cache worker browser document network "
     "schedule process table checkpoint limit budget robot header address folder section "
@@ -99,7 +94,7 @@ def _sentence(rng: random.Random, nouns: tuple[str, ...] = ()) -> str:
     """One sentence; ``nouns`` (a page's topic words) are preferred, so pages differ in words."""
 
     def noun() -> str:
-        return rng.choice(nouns) if nouns and rng.random() < 0.5 else rng.choice(_NOUNS)
+        return rng.choice(nouns) if nouns and rng.random() < 0.5 else rng.choice(NOUNS)
 
     n1, n2, n3 = noun(), noun(), noun()
     v1, v2 = rng.choice(_VERBS), rng.choice(_VERBS)
@@ -121,16 +116,16 @@ def _sentence(rng: random.Random, nouns: tuple[str, ...] = ()) -> str:
     return text[0].upper() + text[1:]
 
 
-def _paragraph(rng: random.Random, nouns: tuple[str, ...], sentences: int) -> str:
+def paragraph(rng: random.Random, nouns: tuple[str, ...], sentences: int) -> str:
     return " ".join(_sentence(rng, nouns) for _ in range(sentences))
 
 
-def _seeded(*parts: object) -> random.Random:
+def seeded(*parts: object) -> random.Random:
     """A generator seeded from ``parts`` the same way in every process (no hash())."""
     return random.Random(zlib.crc32(repr(parts).encode()))
 
 
-def _html(
+def html_page(
     title: str,
     body: str,
     *,
@@ -148,7 +143,7 @@ def _html(
     ).encode()
 
 
-def _a(href: str, text: str) -> str:
+def anchor(href: str, text: str) -> str:
     return f'<a href="{escape(href)}">{escape(text)}</a>'
 
 
@@ -256,7 +251,7 @@ class _DemoBuilder:
         self.nodes: set[str] = set()
 
     def page(self, path: str, title: str, body: str, **meta: str) -> bytes:
-        data = _html(title, _nav() + body, **meta)
+        data = html_page(title, _nav() + body, **meta)
         self.site[path] = Resource(data)
         self.nodes.add(path)
         return data
@@ -270,12 +265,12 @@ class _DemoBuilder:
         extra: str = "",
     ) -> None:
         """Section index → topic pages → articles → notes (levels 1 to 4)."""
-        rng = _seeded("section", slug)
-        links = "".join(f"<li>{_a(f'{t}/', _titled(t))}</li>\n" for t in topics)
+        rng = seeded("section", slug)
+        links = "".join(f"<li>{anchor(f'{t}/', _titled(t))}</li>\n" for t in topics)
         self.page(
             f"/docs/{slug}/",
             f"{title} — Demo documentation",
-            f"<h1>{escape(title)}</h1>\n<p>{_paragraph(rng, words, 4)}</p>\n"
+            f"<h1>{escape(title)}</h1>\n<p>{paragraph(rng, words, 4)}</p>\n"
             f"<h2>Topics</h2>\n<ul>\n{links}</ul>\n{extra}",
             description=_sentence(rng, words),
             keywords=", ".join((slug, *words[:4])),
@@ -285,43 +280,45 @@ class _DemoBuilder:
 
     def topic(self, section: str, section_title: str, topic: str, words: tuple[str, ...]) -> None:
         base = f"/docs/{section}/{topic}/"
-        rng = _seeded("topic", section, topic)
+        rng = seeded("topic", section, topic)
         topic_words = (*words, *(_singular(w) for w in topic.split("-")))
         articles = [
             (f"{verb.lower()}-{topic}", f"{verb} {_titled(topic).lower()}")
             for verb in _ARTICLE_VERBS[:_ARTICLES_PER_TOPIC]
         ]
         # Relative links, so that resolving against a directory URL is exercised.
-        links = "".join(f"<li>{_a(f'{slug}.html', t)}</li>\n" for slug, t in articles)
+        links = "".join(f"<li>{anchor(f'{slug}.html', t)}</li>\n" for slug, t in articles)
         self.page(
             base,
             f"{_titled(topic)} — {section_title}",
-            f"<h1>{escape(_titled(topic))}</h1>\n<p>{_paragraph(rng, topic_words, 3)}</p>\n"
+            f"<h1>{escape(_titled(topic))}</h1>\n<p>{paragraph(rng, topic_words, 3)}</p>\n"
             f"<h2>Articles</h2>\n<ol>\n{links}</ol>\n"
-            f"<p>{_a('../', f'Back to {section_title}')}</p>\n",
+            f"<p>{anchor('../', f'Back to {section_title}')}</p>\n",
             description=_sentence(rng, topic_words),
             keywords=", ".join((topic, section, *words[:3])),
         )
         for n, (slug, title) in enumerate(articles):
-            prev_link = _a(f"{articles[n - 1][0]}.html", "Previous") if n else ""
-            next_link = _a(f"{articles[n + 1][0]}.html", "Next") if n + 1 < len(articles) else ""
-            notes = _a(f"{slug}/notes.html", "Notes") if n == 0 else ""
+            prev_link = anchor(f"{articles[n - 1][0]}.html", "Previous") if n else ""
+            next_link = (
+                anchor(f"{articles[n + 1][0]}.html", "Next") if n + 1 < len(articles) else ""
+            )
+            notes = anchor(f"{slug}/notes.html", "Notes") if n == 0 else ""
             self.article(
                 base + f"{slug}.html",
                 title,
                 topic_words,
-                f"<p>{prev_link} {_a('./', _titled(topic))} {next_link} {notes}</p>\n",
+                f"<p>{prev_link} {anchor('./', _titled(topic))} {next_link} {notes}</p>\n",
             )
             if n == 0:
                 self.notes(base + f"{slug}/notes.html", slug, title, topic_words)
 
     def article(self, path: str, title: str, words: tuple[str, ...], footer: str) -> None:
-        rng = _seeded("article", path)
-        parts = [f"<h1>{escape(title)}</h1>\n<p>{_paragraph(rng, words, 4)}</p>\n"]
+        rng = seeded("article", path)
+        parts = [f"<h1>{escape(title)}</h1>\n<p>{paragraph(rng, words, 4)}</p>\n"]
         for heading in rng.sample(words, 2):
             parts.append(
-                f"<h2>{escape(heading.capitalize())} and the {rng.choice(_NOUNS)}</h2>\n"
-                f"<p>{_paragraph(rng, words, rng.randrange(3, 6))}</p>\n"
+                f"<h2>{escape(heading.capitalize())} and the {rng.choice(NOUNS)}</h2>\n"
+                f"<p>{paragraph(rng, words, rng.randrange(3, 6))}</p>\n"
             )
         parts.append(f"<h3>See also</h3>\n{footer}")
         self.page(
@@ -333,21 +330,21 @@ class _DemoBuilder:
         )
 
     def notes(self, path: str, slug: str, title: str, words: tuple[str, ...]) -> None:
-        rng = _seeded("notes", path)
+        rng = seeded("notes", path)
         appendix = ""
         if path.startswith("/docs/crawling/"):
-            appendix = _a("notes/appendix.html", "Appendix")  # one page at level 5
+            appendix = anchor("notes/appendix.html", "Appendix")  # one page at level 5
             self.page(
                 path.removesuffix(".html") + "/appendix.html",
                 f"Appendix to the notes on {title.lower()}",
-                f"<h1>Appendix</h1>\n<p>{_paragraph(rng, words, 3)}</p>\n"
-                f"<p>{_a('../notes.html', 'Back to the notes')}</p>\n",
+                f"<h1>Appendix</h1>\n<p>{paragraph(rng, words, 3)}</p>\n"
+                f"<p>{anchor('../notes.html', 'Back to the notes')}</p>\n",
             )
         self.page(
             path,
             f"Notes on {title.lower()}",
-            f"<h1>Notes</h1>\n<p>{_paragraph(rng, words, 3)}</p>\n"
-            f"<p>{_a(f'../{slug}.html', title)} {appendix}</p>\n",
+            f"<h1>Notes</h1>\n<p>{paragraph(rng, words, 3)}</p>\n"
+            f"<p>{anchor(f'../{slug}.html', title)} {appendix}</p>\n",
             description=_sentence(rng, words),
         )
 
@@ -357,31 +354,31 @@ def _titled(slug: str) -> str:
 
 
 def _nav() -> str:
-    links = " | ".join(_a(f"/docs/{slug}/", title) for slug, title, _, _ in _SECTIONS)
-    return f"<nav>{_a('/', 'Home')} | {links}</nav>\n"
+    links = " | ".join(anchor(f"/docs/{slug}/", title) for slug, title, _, _ in _SECTIONS)
+    return f"<nav>{anchor('/', 'Home')} | {links}</nav>\n"
 
 
 def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
     b = _DemoBuilder()
     site = b.site
-    rng = _seeded("demo-index")
+    rng = seeded("demo-index")
 
     # robots.txt, and the private area it disallows (linked from the index).
     site["/robots.txt"] = Resource(b"User-agent: *\nDisallow: /private/\n", headers=TEXT)
     b.page(
         "/private/",
         "Private area",
-        f"<h1>Private</h1>\n<p>{_paragraph(rng, ('secret', 'password'), 2)}</p>\n"
-        f"{_a('secret.html', 'The secret page')}\n",
+        f"<h1>Private</h1>\n<p>{paragraph(rng, ('secret', 'password'), 2)}</p>\n"
+        f"{anchor('secret.html', 'The secret page')}\n",
     )
     b.page("/private/secret.html", "Secret", "<h1>Secret</h1>\n<p>Nobody polite reads this.</p>\n")
 
     # Three byte-identical copies of the guide; absolute-path links keep them identical.
-    guide = _html(
+    guide = html_page(
         "The demo guide",
         '<h1 id="top">The demo guide</h1>\n'
-        f"<p>{_paragraph(_seeded('guide'), ('guide', 'tutorial', 'crawl'), 6)}</p>\n"
-        f"<p>{_a('/', 'Home')} {_a('/docs/getting-started/', 'Getting started')}</p>\n",
+        f"<p>{paragraph(seeded('guide'), ('guide', 'tutorial', 'crawl'), 6)}</p>\n"
+        f"<p>{anchor('/', 'Home')} {anchor('/docs/getting-started/', 'Getting started')}</p>\n",
         description="A short guide to crawling the demo site.",
         keywords="guide, tutorial, crawl",
     )
@@ -395,7 +392,7 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
     search = b.page(
         "/search?a=1&b=2",
         "Search results",
-        f"<h1>Search results</h1>\n<p>{_paragraph(rng, ('result', 'query'), 2)}</p>\n",
+        f"<h1>Search results</h1>\n<p>{paragraph(rng, ('result', 'query'), 2)}</p>\n",
     )
     for variant in _SEARCH_VARIANTS:
         site[variant] = Resource(search)
@@ -403,14 +400,14 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
     b.page(
         "/about.html",
         "About the demo documentation",
-        f"<h1>About</h1>\n<p>{_paragraph(rng, ('demo', 'documentation', 'team'), 4)}</p>\n"
-        f"<p>A printable {_a('/print/guide.html', 'guide')}.</p>\n",
+        f"<h1>About</h1>\n<p>{paragraph(rng, ('demo', 'documentation', 'team'), 4)}</p>\n"
+        f"<p>A printable {anchor('/print/guide.html', 'guide')}.</p>\n",
         description="Who writes the demo documentation.",
     )
     b.page(
         "/changelog.html",
         "Changelog",
-        f"<h1>Changelog</h1>\n<p>{_paragraph(rng, ('release', 'version', 'change'), 4)}</p>\n",
+        f"<h1>Changelog</h1>\n<p>{paragraph(rng, ('release', 'version', 'change'), 4)}</p>\n",
     )
 
     # Redirects: 301 to a page, a 302 chain of two hops, a loop, off-site, into robots.
@@ -438,7 +435,7 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
         headers=(),
     )
     site["/hidden/from-raw.html"] = Resource(
-        _html("Hidden", "<p>Only a response without Content-Type links here.</p>\n")
+        html_page("Hidden", "<p>Only a response without Content-Type links here.</p>\n")
     )
 
     index_links = [
@@ -467,8 +464,8 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
         "/",
         "Demo documentation",
         "<h1>Demo documentation</h1>\n"
-        f"<p>{_paragraph(rng, ('documentation', 'crawler', 'guide'), 4)}</p>\n<ul>\n"
-        + "".join(f"<li>{_a(href, text)}</li>\n" for href, text in index_links)
+        f"<p>{paragraph(rng, ('documentation', 'crawler', 'guide'), 4)}</p>\n<ul>\n"
+        + "".join(f"<li>{anchor(href, text)}</li>\n" for href, text in index_links)
         + "</ul>\n",
         description="Documentation of the demo crawler, served on loopback.",
         keywords="demo, documentation, crawler",
@@ -476,7 +473,7 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
 
     for slug, title, topics, words in _SECTIONS:
         # The crawling section links the third copy of the guide.
-        extra = f"<p>{_a('/mirror/guide.html', 'Mirror of the guide')}</p>\n"
+        extra = f"<p>{anchor('/mirror/guide.html', 'Mirror of the guide')}</p>\n"
         b.section(slug, title, topics, words, extra if slug == "crawling" else "")
 
     disallowed = ("/private/", "/private/secret.html")
@@ -497,24 +494,25 @@ def _build_demo() -> tuple[dict[str, dict[str, Resource]], DemoFacts]:
 
 
 def _blog() -> dict[str, Resource]:
-    rng = _seeded("blog")
+    rng = seeded("blog")
     posts = {f"/posts/{n}.html": f"Release notes, part {n}" for n in range(1, 4)}
     site = {
         path: Resource(
-            _html(
+            html_page(
                 title,
-                f"<h1>{escape(title)}</h1>\n<p>{_paragraph(rng, ('release', 'blog'), 4)}</p>\n"
-                f"<p>{_a('/', 'Blog home')} {_a('http://demo.test/', 'Documentation')}</p>\n",
+                f"<h1>{escape(title)}</h1>\n<p>{paragraph(rng, ('release', 'blog'), 4)}</p>\n"
+                f"<p>{anchor('/', 'Blog home')} "
+                f"{anchor('http://demo.test/', 'Documentation')}</p>\n",
             )
         )
         for path, title in posts.items()
     }
     site["/"] = Resource(
-        _html(
+        html_page(
             "The demo blog",
             "<h1>The demo blog</h1>\n<ul>\n"
-            + "".join(f"<li>{_a(path, title)}</li>\n" for path, title in posts.items())
-            + f"</ul>\n<p>{_a('http://demo.test/', 'Documentation')}</p>\n",
+            + "".join(f"<li>{anchor(path, title)}</li>\n" for path, title in posts.items())
+            + f"</ul>\n<p>{anchor('http://demo.test/', 'Documentation')}</p>\n",
         )
     )
     return site
@@ -523,10 +521,10 @@ def _blog() -> dict[str, Resource]:
 def _other() -> dict[str, Resource]:
     return {
         "/": Resource(
-            _html(
+            html_page(
                 "Another site",
                 "<h1>Another site</h1>\n<p>The demo crawl must not come here.</p>\n"
-                f"<p>{_a('http://demo.test/', 'Demo documentation')}</p>\n",
+                f"<p>{anchor('http://demo.test/', 'Demo documentation')}</p>\n",
             )
         )
     }
@@ -545,120 +543,3 @@ def demo_sites() -> dict[str, dict[str, Resource]]:
 def demo_facts() -> DemoFacts:
     """What a correct crawl of :func:`demo_sites` finds."""
     return _build_demo()[1]
-
-
-# -- generated sites -----------------------------------------------------------------
-
-
-def page_path(i: int) -> str:
-    """Path of page ``i`` of a :func:`generated_site`: ``/`` for 0, else ``/p/<i>.html``."""
-    return "/" if i == 0 else f"/p/{i}.html"
-
-
-def page_level(i: int, fanout: int = 10) -> int:
-    """Breadth-first level of page ``i`` (the links from parent to children form a tree)."""
-    level = 0
-    while i > 0:
-        i = (i - 1) // fanout
-        level += 1
-    return level
-
-
-def _page_index(path: str) -> int | None:
-    if path == "/":
-        return 0
-    if not (path.startswith("/p/") and path.endswith(".html")):
-        return None
-    digits = path[3:-5]
-    # One spelling per page: no signs, no leading zeros.
-    if not digits.isdigit() or not digits.isascii() or digits.startswith("0"):
-        return None
-    return int(digits)
-
-
-class GeneratedSite(Mapping[str, Resource]):
-    """A site of ``pages`` pages built on lookup, so 100,000 pages take no memory.
-
-    Page ``i`` links to its children ``i*fanout+1 … i*fanout+fanout`` (those that
-    exist), to ``/``, to two pseudo-random pages, and to ``extra_unvisited_links``
-    paths under ``/x/`` that answer 404. Every page body is distinct.
-
-    Combine it with fixed pages (``/robots.txt``) through ``collections.ChainMap``.
-    """
-
-    def __init__(
-        self,
-        host: str,
-        pages: int,
-        *,
-        fanout: int = 10,
-        seed: int = 0,
-        extra_unvisited_links: int = 0,
-    ) -> None:
-        if pages < 1 or fanout < 1 or extra_unvisited_links < 0:
-            raise ValueError("need pages >= 1, fanout >= 1 and extra_unvisited_links >= 0")
-        self.host = host
-        self.pages = pages
-        self.fanout = fanout
-        self.seed = seed
-        self.extra_unvisited_links = extra_unvisited_links
-
-    def __getitem__(self, path: str) -> Resource:
-        i = _page_index(path)
-        if i is None or i >= self.pages:
-            raise KeyError(path)
-        return Resource(self.body(i))
-
-    def __contains__(self, path: object) -> bool:
-        if not isinstance(path, str):
-            return False
-        i = _page_index(path)
-        return i is not None and i < self.pages
-
-    def __len__(self) -> int:
-        return self.pages
-
-    def __iter__(self) -> Iterator[str]:
-        return (page_path(i) for i in range(self.pages))
-
-    def links(self, i: int) -> list[str]:
-        """The link targets of page ``i``, in document order."""
-        first = i * self.fanout + 1
-        children = [page_path(j) for j in range(first, min(first + self.fanout, self.pages))]
-        rng = _seeded("links", self.seed, i)
-        others = [page_path(rng.randrange(self.pages)) for _ in range(2)]
-        extra = [f"/x/{i}/{k}.html" for k in range(self.extra_unvisited_links)]
-        return [*children, "/", *others, *extra]
-
-    def body(self, i: int) -> bytes:
-        rng = _seeded("page", self.seed, i)
-        words = tuple(rng.sample(_NOUNS, 3))
-        title = f"Page {i} of {self.host}: {' '.join(words)}"
-        links = "".join(f"<li>{_a(href, href)}</li>\n" for href in self.links(i))
-        return _html(
-            title,
-            f"<h1>{escape(title)}</h1>\n<p>{_paragraph(rng, words, 3)}</p>\n<ul>\n{links}</ul>\n",
-            keywords=", ".join(words),
-        )
-
-
-def generated_site(
-    host: str,
-    pages: int,
-    *,
-    fanout: int = 10,
-    seed: int = 0,
-    extra_unvisited_links: int = 0,
-) -> GeneratedSite:
-    """A deterministic site of ``pages`` HTML pages reachable breadth-first from ``/``.
-
-    Args:
-        host: the host name the pages are written for (it appears in titles).
-        pages: number of pages; page ``i`` lives at :func:`page_path`.
-        fanout: children per page; page ``i`` is at level :func:`page_level`.
-        seed: changes the text and the pseudo-random links, not the tree.
-        extra_unvisited_links: 404 links added to every page, to grow the frontier.
-    """
-    return GeneratedSite(
-        host, pages, fanout=fanout, seed=seed, extra_unvisited_links=extra_unvisited_links
-    )

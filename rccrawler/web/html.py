@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from selectolax.lexbor import LexborHTMLParser
 
-from rccrawler.encoding import decode_html
-from rccrawler.urls import resolve_link
+from rccrawler.web.encoding import decode_html
+from rccrawler.web.urls import resolve_link
 
 if TYPE_CHECKING:
     from xml.etree.ElementTree import Element
@@ -87,6 +87,14 @@ def _clean_href(href: str) -> str:
     return href
 
 
+def _without_fragment(href: str) -> str:
+    """The cleaned href without its fragment, unless that would leave white space at its
+    end for the resolver to strip (``"a #x"`` resolves to ``a%20``, not ``a``)."""
+    href = _clean_href(href)
+    head = href.partition("#")[0]
+    return href if head and head[-1] <= " " else head
+
+
 def _effective_base(page_url: str, base_href: str | None) -> str:
     """The document base URL: the first <base href> resolved against the page URL.
 
@@ -109,6 +117,23 @@ def _distinct(items: Iterable[str]) -> Iterator[str]:
             yield item
 
 
+_RELATIVE_PATH = re.compile(r"[^/?:]+(?:[/?]|$)")
+"""A relative-path reference (RFC 3986 §4.2): no scheme, authority or absolute path,
+and not a bare query (which keeps the base's last segment)."""
+
+
+def _directory_of(base_url: str) -> str:
+    """``http://h/a/b?q`` → ``http://h/a/``: all that a relative path is merged with, or
+    "" when the base has no path (then each link resolves in full)."""
+    scheme_end = base_url.find("://")
+    query = base_url.find("?")
+    path_end = query if query >= 0 else len(base_url)
+    path_start = base_url.find("/", scheme_end + 3, path_end) if scheme_end > 0 else -1
+    if path_start < 0:
+        return ""
+    return base_url[: base_url.rfind("/", path_start, path_end) + 1]
+
+
 def _resolve_links(
     base_url: str, hrefs: Iterable[str], max_links: int | None = None
 ) -> tuple[tuple[str, ...], str]:
@@ -120,10 +145,22 @@ def _resolve_links(
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
     # most of the resolver calls; a second pass merges spellings that resolve alike.
     # Both passes are lazy, so a page of a million links stops costing at the cap.
-    distinct = _distinct(map(_clean_href, hrefs))
+    # The fragment is cut before that, as the resolver drops it anyway: Sphinx's
+    # "#section" and "page.html#name" links then collapse into one href each.
+    distinct = _distinct(map(_without_fragment, hrefs))
+    # A relative path resolves against the base's directory alone, so resolving it there
+    # lets the resolver's cache serve every page of that directory.
+    directory = _directory_of(base_url)
     # An empty href is a link to the base itself (RFC 3986 §5.2.2), whatever the resolver
     # makes of it; the caller deduplicates self-links.
-    resolved = (resolve_link(base_url, href) if href else base_url for href in distinct)
+    resolved = (
+        base_url
+        if not href
+        else resolve_link(directory, href)
+        if directory and _RELATIVE_PATH.match(href)
+        else resolve_link(base_url, href)
+        for href in distinct
+    )
     links: dict[str, None] = {}
     for url in resolved:
         if url is None or url in links:
@@ -151,7 +188,7 @@ def _limit_anchors(text: str, max_links: int) -> tuple[str, str]:
         The text to parse, and the href of the first ``<a`` cut off ("" when none was).
     """
     limit = ANCHORS_PER_LINK * max_links
-    if text.count("<a") + text.count("<A") <= limit:
+    if text.count("<") <= limit or text.count("<a") + text.count("<A") <= limit:
         return text, ""
     found = next(itertools.islice(_ANCHOR.finditer(text), limit, None), None)
     if found is None:
@@ -209,6 +246,48 @@ _FLAT = frozenset(
 )
 
 
+_RAW_TEXT_AFTER = "|".join(f"(?<=<{name})" for name in sorted(_RAW_TEXT))
+_DEPTH_TAG = re.compile(
+    rf"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:{_RAW_TEXT_AFTER})[^>]*(?<!/)>"
+    r"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
+    re.IGNORECASE | re.DOTALL,
+)
+"""A tag that is not self-closing, as ``name`` or ``/name``; a raw-text element is one
+match with its content and end tag, as the exact scan skips them."""
+
+
+class _DepthSteps(dict[str, int]):
+    """What a tag (``"div"``, ``"/DIV"``) adds to the depth: +1, -1, or 0 for flat ones.
+    A dict, so the per-tag lookup stays in C; a page's new names are added once."""
+
+    def __missing__(self, tag: str) -> int:
+        end = tag.startswith("/")
+        step = 0 if tag.lstrip("/").lower() in _FLAT else -1 if end else 1
+        self[tag] = step
+        return step
+
+
+_DEPTH_STEPS = _DepthSteps()
+_DEPTH_STEPS_KEPT = 4096
+
+
+def _nesting_bound(text: str) -> int:
+    """An upper bound of the depth :func:`_flatten_nesting` would find, computed by the
+    regex engine and C iterators rather than a Python loop per tag: most large pages are
+    shallow, and the exact scan cost a big page nearly as much as parsing it.
+
+    The depth after each tag is ``S - min(0, min of S so far)``, with ``S`` the running
+    sum of the tags' steps (end tags at depth 0 are ignored), so ``max(S) - min(0,
+    min(S))`` bounds it. A raw-text element counts as a start tag that is never closed:
+    a level too many, never too few.
+    """
+    if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
+        _DEPTH_STEPS.clear()
+    tags = _DEPTH_TAG.findall(text)
+    sums = list(itertools.accumulate(map(_DEPTH_STEPS.__getitem__, tags)))
+    return max(sums, default=0) - min(0, min(sums, default=0))
+
+
 def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
     end tags after them) are dropped, their content kept, as Chromium's tree builder
@@ -220,6 +299,13 @@ def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
     """
     if text.count("<") <= max(_DEPTH_SCAN_TAGS, max_depth):
         return text, 0
+    if _nesting_bound(text) <= max_depth:
+        return text, 0
+    return _flatten_nesting(text, max_depth)
+
+
+def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
+    """The exact scan behind :func:`_limit_nesting`, one tag at a time."""
     depth = excess = flattened = 0
     pieces: list[str] = []
     start = pos = 0

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from rccrawler.data.runlog import RunLog
 from rccrawler.exceptions import StateError
-from rccrawler.runlog import RunLog
 from rccrawler.unloaders import ResultUnloader, host_file_stem
-from rccrawler.urls import host_of
+from rccrawler.web.urls import host_of
 
 if TYPE_CHECKING:
     from pathlib import Path

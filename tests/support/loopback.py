@@ -1,12 +1,12 @@
-"""A loopback HTTP/1.1 server that serves many virtual hosts, picked by the Host header.
+"""The tests' loopback HTTP/1.1 server: many virtual hosts, picked by the Host header,
+and the faults a crawler must survive (slow, endless, lying and broken bodies).
 
-``rccrawler demo``, the benchmarks and the tests all crawl named sites (``a.test``,
-``sub.a.test``) without DNS: one server on 127.0.0.1 answers for every host, and the
-crawler's ``resolve:`` setting (SPEC §4, like ``curl --resolve``) routes each name to it.
-The server records every request (:class:`Hit`) and the per-host peak of concurrent
-requests, so politeness (crawl delay, per-host concurrency) can be asserted.
-
-Standard library only, because it ships in the package for ``rccrawler demo``.
+The benchmarks and the tests crawl named sites (``a.test``, ``sub.a.test``) without DNS:
+one server on 127.0.0.1 answers for every host, and the crawler's ``resolve:`` setting
+(SPEC §4, like ``curl --resolve``) routes each name to it. The server records every
+request (:class:`Hit`) and the per-host peak of concurrent requests, so politeness
+(crawl delay, per-host concurrency) can be asserted. It also serves the demo's static
+answers (:class:`rccrawler.demo.server.Resource`), which :class:`Resource` extends.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import gzip as gzip_module
 import socket
-import socketserver
 import ssl
 import threading
 import time
@@ -22,10 +21,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
-_S = TypeVar("_S", bound=socketserver.BaseServer)
+from rccrawler.demo.server import HTML, TEXT, host_without_port, redirect, serving
+from rccrawler.demo.server import Resource as StaticResource
 
 __all__ = [
     "HTML",
@@ -43,9 +43,6 @@ __all__ = [
     "serving",
 ]
 
-HTML: tuple[tuple[str, str], ...] = (("Content-Type", "text/html; charset=utf-8"),)
-TEXT: tuple[tuple[str, str], ...] = (("Content-Type", "text/plain; charset=utf-8"),)
-
 CHUNK = 1024
 """Bytes written between two ``chunk_delay`` sleeps."""
 
@@ -57,12 +54,10 @@ _CORRUPT_GZIP = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" + b"\xff" * 32
 
 
 @dataclass(frozen=True, slots=True)
-class Resource:
-    """One canned answer. ``headers=()`` gives a response without Content-Type."""
+class Resource(StaticResource):
+    """One canned answer, with the faults to inject. ``headers=()`` gives a response
+    without Content-Type."""
 
-    body: bytes = b""
-    status: int = 200
-    headers: tuple[tuple[str, str], ...] = HTML
     delay: float = 0.0
     """Seconds to wait before answering, so that requests overlap or time out."""
     chunk_delay: float = 0.0
@@ -96,21 +91,16 @@ class Request:
         return self.headers.get(name.lower(), default)
 
 
-Responder = Callable[[Request], Resource]
+Responder = Callable[[Request], StaticResource]
 """A dynamic resource: cookies, Retry-After, answers that change with each hit."""
 
-Site = Mapping[str, Resource | Responder]
+Site = Mapping[str, StaticResource | Responder]
 """Path (request target, query included) → answer. Any Mapping, so huge sites can be lazy."""
 
 Sites = dict[str, Site]
 """Host → site, e.g. ``{"a.test": {"/": Resource(b"...")}}``."""
 
 NOT_FOUND = Resource(b"not found", 404, TEXT)
-
-
-def redirect(location: str, status: int = 301) -> Resource:
-    """A redirect to ``location`` (absolute URL or path, sent as given)."""
-    return Resource(b"", status, (("Location", location), *TEXT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,18 +357,20 @@ class _Handler(BaseHTTPRequestHandler):
             parts = urlsplit(path)
             host = parts.netloc
             path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        return Request(_strip_port(host), path, self.command, headers, time.monotonic())
+        return Request(host_without_port(host), path, self.command, headers, time.monotonic())
 
     def _resolve(self, request: Request) -> Resource:
         answer = self.server.sites.get(request.host, {}).get(request.path, NOT_FOUND)
-        if isinstance(answer, Resource):
-            return answer
         try:
-            return answer(request)
+            if not isinstance(answer, StaticResource):
+                answer = answer(request)
         except Exception as exc:
             with self.server._lock:
                 self.server.errors.append(exc)
             return Resource(f"responder failed: {exc!r}".encode(), 500, TEXT)
+        if isinstance(answer, Resource):
+            return answer
+        return Resource(answer.body, answer.status, answer.headers)  # a static answer
 
     def _answer(self, *, send_body: bool) -> None:
         request = self._request()
@@ -448,13 +440,6 @@ class _Handler(BaseHTTPRequestHandler):
                 break
 
 
-def _strip_port(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("["):  # IPv6 literal: "[::1]:8080"
-        return host.split("]", 1)[0] + "]"
-    return host.rsplit(":", 1)[0] if ":" in host else host
-
-
 def _accepts_gzip(accept_encoding: str) -> bool:
     """True if Accept-Encoding lists gzip (or ``*``) with a non-zero q."""
     for item in accept_encoding.split(","):
@@ -469,20 +454,6 @@ def _accepts_gzip(accept_encoding: str) -> bool:
                 return False
         return True
     return False
-
-
-@contextlib.contextmanager
-def serving(server: _S, name: str = "site-server") -> Iterator[_S]:
-    """Run any socketserver in a daemon thread for the ``with`` block, then close it."""
-    # A short poll interval makes shutdown() quick: tests start hundreds of servers.
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name=name, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,217 @@
+"""The command line: rccrawler [crawl] --config FILE | crawl URL... | export | stop | status |
+demo, and the commands of the crawl's task (search, words, serve...) (SPEC §3)."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rccrawler.commands import EXIT_CODES, EXIT_USAGE
+from rccrawler.exceptions import ConfigError, StateError
+from rccrawler.ui.safetext import TerminalSafeFormatter, TerminalSafeLogRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from rccrawler.config import Settings
+    from rccrawler.manager import ApplicationManager, TaskCommand
+
+logger = logging.getLogger("rccrawler")
+
+COMMANDS = ("crawl", "export", "stop", "status", "demo")
+"""The commands of every crawl; a task adds its own (``ApplicationManager.commands``)."""
+TASK_COMMANDS = """a task adds its own commands (plugins.search.SearchManager: search, words,
+serve; the default task: serve); see them with: rccrawler COMMAND --config FILE --help"""
+_STATE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR,
+                 errno.ENOENT)  # fmt: skip
+
+
+def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser:
+    from rccrawler import __version__
+
+    common = argparse.ArgumentParser(add_help=False)
+    logs = common.add_argument_group("logging")
+    logs.add_argument("-v", "--verbose", action="store_true",
+                      help="debug lines, and one line per fetch (status, URL, ms)")  # fmt: skip
+    logs.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    logs.add_argument("--log-file", metavar="FILE",
+                      help="also write the whole log to FILE, whatever -q says")  # fmt: skip
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", "-c", metavar="FILE", required=True,
+                        help="settings.yaml of the crawl")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="rccrawler",
+        description="Crawl sites breadth-first into per-site web graphs. "
+        "'rccrawler --config FILE' is 'rccrawler crawl --config FILE'.",
+        epilog=f"{TASK_COMMANDS}\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"rccrawler {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name: str, help: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name, help=help, description=help, parents=[*parents, common], epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )  # fmt: skip
+
+    crawl = command(
+        "crawl",
+        "run or resume a crawl: the one FILE describes, or a quick crawl of URLs with "
+        "defaults (state and output in ./rccrawler-HOST/)",
+    )
+    crawl.add_argument("urls", nargs="*", metavar="URL", help="sites to crawl without a FILE")
+    crawl.add_argument("--config", "-c", metavar="FILE", help="settings.yaml of the crawl")
+    crawl.add_argument("--fresh", action="store_true",
+                       help="discard the crawl's saved state and output files first "
+                       "(never other files); refused while the crawl runs")  # fmt: skip
+    crawl.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
+    crawl.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="with URLs: a setting, e.g. -s crawl.crawl_delay_ms=200 "
+                       "(VALUE is YAML)")  # fmt: skip
+    command("export", "write the output files of a stopped or running crawl from its "
+            "saved state (the crawl is not disturbed)", config)  # fmt: skip
+    command("stop", "ask a running crawl to stop and save its state", config)
+    status = command("status", "print the progress of a running or saved crawl", config)
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    demo = command("demo", "crawl a bundled sample site on loopback and print the report")
+    demo.add_argument("--output", metavar="DIR", help="where to write (default output/demo)")
+    demo.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
+    for name, task_command in task_commands.items():
+        task_parser = command(name, task_command.help, config)
+        if task_command.arguments is not None:
+            task_command.arguments(task_parser)
+    return parser
+
+
+def setup_logging(verbose: bool, quiet: bool, log_file: str | None) -> None:
+    """The terminal gets what -v/-q ask for; a --log-file gets the whole log (INFO, or
+    DEBUG with -v) whatever -q says."""
+    terminal_level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    file_level = logging.DEBUG if verbose else logging.INFO
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setLevel(terminal_level)
+    handlers: list[logging.Handler] = [stream]
+    if log_file:
+        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        file_handler.setLevel(file_level)
+        handlers.append(file_handler)
+    # Messages carry crawled text: escape control characters for every handler.
+    logging.setLogRecordFactory(TerminalSafeLogRecord)
+    formatter = TerminalSafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(
+        level=min(terminal_level, file_level) if log_file else terminal_level,
+        handlers=handlers,
+        force=True,
+    )
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def with_default_command(argv: Sequence[str]) -> list[str]:
+    """``rccrawler --config FILE`` means ``rccrawler crawl --config FILE`` (SPEC §3).
+
+    Only options come before an implied ``crawl``: a mistyped command is an error,
+    not the URL of a site to crawl."""
+    args = list(argv)
+    if args and args[0].startswith("-") and args[0] not in ("-h", "--help", "--version"):
+        args.insert(0, "crawl")
+    return args
+
+
+def task_of_command(args: Sequence[str]) -> tuple[type[ApplicationManager], Settings] | None:
+    """The task and settings of a task's own command (``rccrawler search --config FILE``):
+    the command line knows those commands only once it has read the settings.
+
+    None for the commands of every crawl, and for a task's command without ``--config``
+    (the parser then says what is missing).
+    """
+    if not args or args[0].startswith("-") or args[0] in COMMANDS:
+        return None
+    config = argparse.ArgumentParser(add_help=False)
+    config.add_argument("--config", "-c")
+    known, _rest = config.parse_known_args(args[1:])
+    if known.config is None:
+        return None
+    from rccrawler.manager import load_settings
+
+    return load_settings(known.config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = with_default_command(sys.argv[1:] if argv is None else argv)
+    try:
+        task = task_of_command(args_list)
+    except ConfigError as exc:
+        print(f"rccrawler: bad config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if task is not None and args_list[0] not in task[0].commands:
+        manager_cls = task[0]
+        known = ", ".join(sorted(manager_cls.commands)) or "none"
+        print(f"rccrawler {args_list[0]}: the task {manager_cls.__name__} has no command "
+              f"{args_list[0]!r} (its commands: {known})", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    parser = _parser(task[0].commands if task is not None else {})
+    if not args_list:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args = parser.parse_args(args_list)
+    try:
+        setup_logging(args.verbose, args.quiet, args.log_file)
+    except OSError as exc:
+        print(f"rccrawler: --log-file: cannot write {args.log_file}: {exc.strerror}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        if task is not None:
+            manager_cls, settings = task
+            return manager_cls.commands[args.command].run(manager_cls, settings, args)
+        if args.command == "demo":
+            from rccrawler.demo import run_demo
+
+            output = Path(args.output) if args.output else Path("output/demo")
+            return run_demo(output, tui=False if args.no_tui else None)
+        if args.command == "stop":
+            from rccrawler.commands.stop import stop_command
+
+            return stop_command(args.config)
+        if args.command == "status":
+            from rccrawler.commands.status import status_command
+
+            return status_command(args.config, as_json=args.json)
+        if args.command == "export":
+            from rccrawler.commands.export import export_command
+
+            return export_command(args.config)
+        from rccrawler.commands.crawl import crawl_command, quick_crawl_command
+
+        tui = False if args.no_tui else None
+        if args.config and (args.urls or args.set):
+            parser.error("crawl: give --config FILE or URLs (with -s KEY=VALUE), not both")
+        if args.config:
+            return crawl_command(args.config, fresh=args.fresh, tui=tui)
+        if not args.urls:
+            parser.error("crawl: give --config FILE, or the URLs of the sites to crawl")
+        return quick_crawl_command(args.urls, args.set, fresh=args.fresh, tui=tui)
+    except ConfigError as exc:
+        print(f"rccrawler: bad config: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StateError as exc:
+        print(f"rccrawler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        # A read-only or broken state or output folder (--fresh, stop): a state error.
+        if exc.errno not in _STATE_ERRNOS:
+            raise
+        print(f"rccrawler: cannot write {exc.filename or 'the state'}: {exc.strerror}",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""CrawlContext: what a crawl's threads, finisher and unloaders may use of it.
+
+They get this narrow, typed object instead of the ApplicationManager: the settings, the
+storage, the fetcher, the stop events and the status sink. So the manager depends on
+them and never the other way round, and a task sees in one place what it may reach.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rccrawler.config import Settings
+    from rccrawler.data.sql import SQLDataManager
+    from rccrawler.records import CrawlStats, FoundLink, SkippedLink
+    from rccrawler.web.fetch import Fetcher
+    from rccrawler.web.traps import QueryVariantLimit
+
+
+LINK_DECISIONS = 1_024
+"""Link decisions kept per generation (all sites together): enough for a site's
+navigation links, about 0.3 MB; 50,000 cost 30 MB of peak RSS on a 1M-URL frontier
+(benchmarks/large_site.py), where every link is new."""
+
+LinkDecision = tuple["str | None", "FoundLink | SkippedLink"]
+"""A link's scope (None: the page's own site) and what the parsing thread decided."""
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RecentMemo(Generic[K, V]):
+    """A memo bounded to ``2 × size`` entries that keeps what is used again: a hit in the
+    older generation moves to the newer one, and a full newer generation replaces the
+    older. Several threads may share it without a lock: a lost race only costs a
+    recomputation."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.newer: dict[K, V] = {}
+        self.older: dict[K, V] = {}
+
+    def get(self, key: K) -> V | None:
+        value = self.newer.get(key)
+        if value is None:
+            value = self.older.get(key)
+            if value is not None:
+                self.put(key, value)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        newer = self.newer
+        newer[key] = value
+        if len(newer) >= self.size:
+            self.older, self.newer = newer, {}
+
+
+class StatusSink(Protocol):
+    """What the RoutineThread needs of a status view: somewhere to put snapshots. The
+    view renders on its own schedule; the thread only feeds it."""
+
+    def update(self, stats: CrawlStats) -> None: ...
+
+
+@dataclass(eq=False)
+class CrawlContext:
+    """One crawl as its threads, finisher and unloaders see it.
+
+    A task that hands its threads more (an open archive, a model...) subclasses it and
+    returns its subclass from ``ApplicationManager.create_context()``.
+    """
+
+    settings: Settings
+    data: SQLDataManager
+    """The crawl's storage (the DataManager contract)."""
+    fetcher: Fetcher
+    """The one HTTP client of the crawl: its connection pools, cookies and throttles."""
+    query_variants: QueryVariantLimit
+    """Shared by the parsing threads: the query-string trap limit."""
+    stop_file: Path
+    """Where ``rccrawler stop`` asks a crawl on this machine to stop."""
+    status: StatusSink | None = None
+    """The live status view when one is shown (set by the command line)."""
+    link_decisions: RecentMemo[tuple[str, str], LinkDecision] = field(
+        default_factory=lambda: RecentMemo(LINK_DECISIONS)
+    )
+    """Shared by the parsing threads: what was decided for a (site, link) pair, as sites
+    repeat their navigation links on every page."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set to stop: downloaders take no new page, the crawl winds down."""
+    parsing_stopping: threading.Event = field(default_factory=threading.Event)
+    """Set after ``stopping``, once the downloaded pages are parsed (nothing is lost)."""
+    stop_reason: str = ""
+    """Why the crawl stopped or ended ("finished", "stopped by SIGINT"...)."""
+    finished: bool = False
+    """The crawl is over (every site has a stop reason), not just stopped."""
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Ask the crawl to stop and save its state (signal handlers call only this: it
+        takes no lock)."""
+        if not self.stop_reason:
+            self.stop_reason = reason
+        self.stopping.set()
+
+    def abort(self) -> None:
+        """Stop every thread at once (a thread crashed)."""
+        self.stopping.set()
+        self.parsing_stopping.set()

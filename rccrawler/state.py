@@ -1,0 +1,167 @@
+"""What a crawl keeps in its state_dir beside the storage: the lock that keeps a second
+process off the same state, the stop request of ``rccrawler stop``, and the cookie jar,
+saved on a timer so a killed crawl keeps its cookies."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+import warnings
+from http.cookiejar import LWPCookieJar
+from typing import IO, TYPE_CHECKING
+
+from rccrawler.exceptions import StateError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = "lock"
+STOP_FILE = "stop.request"
+COOKIE_FILE = "cookies.txt"
+
+
+def state_in_use(state_dir: Path) -> bool:
+    """Whether a crawl process holds the lock of this state directory right now."""
+    try:
+        with open(state_dir / LOCK_FILE, encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def discard_state_files(state_dir: Path) -> None:
+    """Remove the files this module keeps (``--fresh``); the lock file stays, it is held."""
+    for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
+        (state_dir / name).unlink(missing_ok=True)
+
+
+class StateLock:
+    """The exclusive ``fcntl`` lock of a state directory, held while a crawl runs there.
+
+    Args:
+        state_dir: the directory (created when missing).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._handle: IO[str] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+    def acquire(self) -> None:
+        """Take the lock, writing this process's id into it; a no-op while held.
+
+        Raises:
+            StateError: another process holds it, or the directory cannot be written.
+        """
+        if self._handle is not None:
+            return
+        self.make_dir()
+        try:
+            handle = open(self.state_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise StateError(f"cannot write the state directory {self.state_dir}: {exc}") from exc
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            handle.close()
+            raise StateError(
+                f"the state in {self.state_dir} is in use by {owner}; "
+                "stop that crawl first (rccrawler stop --config ...)"
+            ) from exc
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def make_dir(self) -> None:
+        """Create the state directory, or say why it cannot be (StateError)."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"cannot write the state directory {self.state_dir}: {exc}") from exc
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class SavedCookies:
+    """The crawl's cookie jar in ``state_dir/cookies.txt``: loaded at start, saved whole
+    at most every ``save_interval`` seconds while responses change it, and at the end.
+
+    Args:
+        state_dir: where the jar file lives.
+        enabled: ``crawl.cookies``; when False nothing is ever saved.
+        save_interval: seconds at least between two saves during a crawl.
+    """
+
+    def __init__(self, state_dir: Path, *, enabled: bool, save_interval: float) -> None:
+        self.path = state_dir / COOKIE_FILE
+        self.jar = LWPCookieJar(str(self.path))
+        self.enabled = enabled
+        self.save_interval = save_interval
+        self.jar_lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        """Held while the jar is written out: the fetcher's lock, so the jar keeps still."""
+        self._lock = threading.Lock()
+        self._saved_at = 0.0
+        self._timer: threading.Timer | None = None
+
+    def load(self) -> None:
+        if self.path.exists():
+            try:
+                # http.cookiejar warns "bug!" with a traceback on a garbage file; the
+                # warning below says it in one line, and the crawl goes on without them.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.jar.load(ignore_discard=True, ignore_expires=False)
+            except (OSError, ValueError) as exc:
+                self.jar.clear()
+                logger.warning("cookies of the last run could not be read: %s", exc)
+
+    def changed(self) -> None:
+        """A response set or removed cookies: save the jar now, or ``save_interval``
+        after the last save, so a killed crawl keeps them without a write per response."""
+        with self._lock:
+            if self._timer is not None:
+                return  # the save already scheduled will include this change
+            wait = self._saved_at + self.save_interval - time.monotonic()
+            if wait > 0:
+                self._timer = threading.Timer(wait, self.save)
+                self._timer.daemon = True
+                self._timer.start()
+                return
+        self.save()
+
+    def save(self) -> None:
+        """Write the jar whole: a temporary file, then a rename."""
+        if not self.enabled:
+            return
+        with self._lock:
+            timer, self._timer = self._timer, None
+            self._saved_at = time.monotonic()
+        if timer is not None:
+            timer.cancel()  # this save supersedes it
+        try:
+            with self.jar_lock:
+                self.jar.save(str(self.path) + ".tmp", ignore_discard=True, ignore_expires=False)
+                os.replace(str(self.path) + ".tmp", self.path)
+        except OSError as exc:
+            logger.warning("cookies could not be saved: %s", exc)
