@@ -1,7 +1,7 @@
 """Test-side helpers around the loopback server of :mod:`support.loopback`.
 
-Tests import from here (``from tests.webserver import Resource, serve_sites, fetch``)
-so that the server stays one module shared with ``rccrawler demo`` and benchmarks.
+Tests import from here (``from webserver import Resource, serve_sites, fetch``): the
+server's names and the helpers that speak to it, in one import.
 """
 
 from __future__ import annotations
@@ -13,44 +13,20 @@ import subprocess
 from typing import TYPE_CHECKING, Any
 
 import urllib3
-from support.loopback import (
-    HTML,
-    NOT_FOUND,
-    TEXT,
-    Hit,
-    Request,
-    Resource,
-    Responder,
-    Site,
-    Sites,
-    SiteServer,
-    redirect,
-    serve_sites,
-    serving,
-)
+from support import loopback
+from support.loopback import *  # noqa: F403  (re-exported: one import for the tests)
+from support.loopback import Site, SiteServer, serve_sites
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
     from pathlib import Path
 
 __all__ = [
-    "HTML",
-    "NOT_FOUND",
-    "TEXT",
-    "Hit",
-    "Request",
-    "Resource",
-    "Responder",
-    "Site",
-    "SiteServer",
-    "Sites",
+    *loopback.__all__,
     "fetch",
     "has_openssl",
     "make_tls_context",
-    "redirect",
     "serve_fixture",
-    "serve_sites",
-    "serving",
 ]
 
 
@@ -87,19 +63,9 @@ def fetch(
     """
     ip, port = server.resolve[f"{host}:{server.default_port}"].split(":")
     send = {"Host": host, **(headers or {})}
-    pool: urllib3.HTTPConnectionPool
-    if server.https:
-        pool = urllib3.HTTPSConnectionPool(
-            ip,
-            int(port),
-            retries=False,
-            timeout=timeout,
-            ca_certs=ca_certs,
-            server_hostname=host,
-            assert_hostname=host,
-        )
-    else:
-        pool = urllib3.HTTPConnectionPool(ip, int(port), retries=False, timeout=timeout)
+    tls = {"ca_certs": ca_certs, "server_hostname": host, "assert_hostname": host}
+    pool_cls = urllib3.HTTPSConnectionPool if server.https else urllib3.HTTPConnectionPool
+    pool = pool_cls(ip, int(port), retries=False, timeout=timeout, **(tls if server.https else {}))
     with pool:
         return pool.request(method, path, headers=send, redirect=False, **request_kwargs)
 
