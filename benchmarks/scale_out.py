@@ -13,12 +13,15 @@ per host (never above max_downloads_at_time) and URLs requested twice (none).
 The wall time counts each worker's start (about 0.6 s of imports, longer when the
 workers start together on a busy machine) and the output, written once at the end.
 The crawl phase, from the first request the server saw to the end of the last, is
-the part more workers can speed up; it is printed too, with its own speed-up.
+the part more workers can speed up; it is printed too, with its own speed-up. So are
+the CPU seconds of all the workers together (user + system, medians): the figure a
+loaded machine disturbs least, and what the workers' share of the cores limits.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,6 +61,12 @@ class Slow(Mapping[str, Resource]):
 
     def __len__(self) -> int:
         return len(self.site)
+
+
+def workers_cpu() -> float:
+    """CPU seconds of the worker processes that ended so far (user + system)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def crawl(folder: Path, hosts: list[str], resolve: dict[str, str], workers: int) -> float:
@@ -100,6 +109,7 @@ def main() -> int:
     total = args.hosts * args.pages
     times: dict[int, list[float]] = {n: [] for n in args.workers}
     phases: dict[int, list[float]] = {n: [] for n in args.workers}
+    cpu: dict[int, list[float]] = {n: [] for n in args.workers}
     peaks: dict[int, int] = {n: 0 for n in args.workers}
     twice: dict[int, int] = {n: 0 for n in args.workers}
     with serve_sites(sites) as server, tempfile.TemporaryDirectory() as tmp:
@@ -108,7 +118,9 @@ def main() -> int:
                 server.hits.clear()
                 server.peak_in_flight.clear()
                 folder = Path(tmp) / f"r{round_}w{workers}"
+                before = workers_cpu()
                 times[workers].append(crawl(folder, hosts, server.resolve, workers))
+                cpu[workers].append(workers_cpu() - before)
                 paths = Counter((hit.host, hit.path) for hit in server.hits)
                 arrivals = [hit.at for hit in server.hits]
                 phases[workers].append(max(arrivals) - min(arrivals) + args.latency)
@@ -118,7 +130,8 @@ def main() -> int:
                 twice[workers] += sum(1 for n in paths.values() if n > 1)
                 peaks[workers] = max(peaks[workers], max(server.peak_in_flight.values()))
                 print(f"round {round_ + 1}: {workers} workers {times[workers][-1]:.2f} s, "
-                      f"crawl phase {phases[workers][-1]:.2f} s", flush=True)  # fmt: skip
+                      f"crawl phase {phases[workers][-1]:.2f} s, workers' CPU "
+                      f"{cpu[workers][-1]:.2f} s", flush=True)  # fmt: skip
     base = statistics.median(times[args.workers[0]])
     phase_base = statistics.median(phases[args.workers[0]])
     print(f"\n{args.hosts} hosts x {args.pages} pages, {args.latency * 1000:.0f} ms answers, "
@@ -126,16 +139,18 @@ def main() -> int:
           f"medians of {args.rounds} interleaved rounds")  # fmt: skip
     print(
         "| workers | seconds (range) | pages/s (range) | speed-up | crawl phase s (range) | "
-        "its pages/s | its speed-up | peak in flight per host | URLs fetched twice |"
+        "its pages/s | its speed-up | workers' CPU s | peak in flight per host | "
+        "URLs fetched twice |"
     )
-    print("|---:|---|---|---:|---|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
     for workers in args.workers:
         runs, crawling = times[workers], phases[workers]
         med, phase = statistics.median(runs), statistics.median(crawling)
         print(f"| {workers} | {med:.2f} ({min(runs):.2f}–{max(runs):.2f}) | {total / med:.0f} "
               f"({total / max(runs):.0f}–{total / min(runs):.0f}) | {base / med:.2f}× | "
               f"{phase:.2f} ({min(crawling):.2f}–{max(crawling):.2f}) | {total / phase:.0f} | "
-              f"{phase_base / phase:.2f}× | {peaks[workers]} | {twice[workers]} |")  # fmt: skip
+              f"{phase_base / phase:.2f}× | {statistics.median(cpu[workers]):.2f} | "
+              f"{peaks[workers]} | {twice[workers]} |")  # fmt: skip
     return 0
 
 

@@ -19,17 +19,19 @@ import hashlib
 import logging
 import os
 import random
+import re
 import socket
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
 import psycopg
 from psycopg import errors, sql
+from psycopg.abc import Params, Query
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rccrawler.data.sql import (
@@ -82,6 +84,39 @@ CREATE INDEX IF NOT EXISTS pages_host ON pages (host, id);
 the orders the output reads a site in, a chunk at a time (keyset pagination): its
 pages by id, its skipped links by bytes. Without them each chunk reads the rest of
 the site, and writing the output grows faster than the crawl."""
+
+
+ROWS_PER_INSERT = 1000
+"""Rows an INSERT of a batch sends at once (PostgreSQL takes 65,535 parameters)."""
+
+_INSERT_VALUES = re.compile(
+    r"(INSERT INTO [^;]+? VALUES )(\([^()]*\))((?: ON CONFLICT DO NOTHING)?)"
+)
+
+
+class BatchInsertCursor(psycopg.Cursor[Row]):
+    """A cursor whose ``executemany`` of an ``INSERT … VALUES (…)`` sends one statement
+    with a row of values per row. psycopg pipelines executemany a row at a time, and
+    that Python work was the largest part of storing a parse (its new pages, URLs,
+    arcs and skipped links). Anything else goes to psycopg's own executemany."""
+
+    def executemany(
+        self, query: Query, params_seq: Iterable[Params], *, returning: bool = False
+    ) -> None:
+        found = _INSERT_VALUES.fullmatch(query) if isinstance(query, str) else None
+        if found is None or returning:
+            super().executemany(query, params_seq, returning=returning)
+            return
+        head, values, tail = found.groups()
+        rows = [list(row) for row in params_seq]
+        for start in range(0, len(rows), ROWS_PER_INSERT):
+            chunk = rows[start : start + ROWS_PER_INSERT]
+            # Not prepared: the text changes with the number of rows.
+            self.execute(
+                head + ", ".join([values] * len(chunk)) + tail,
+                [value for row in chunk for value in row],
+                prepare=False,
+            )
 
 
 def schema_for(name: str) -> str:
@@ -196,7 +231,7 @@ class PostgresDataManager(SQLDataManager):
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
         try:
-            conn = psycopg.connect(self.url, autocommit=True)
+            conn = psycopg.connect(self.url, autocommit=True, cursor_factory=BatchInsertCursor)
         except psycopg.Error as exc:
             raise StateError(f"cannot connect to the crawl state {self.url}: {exc}") from exc
         schema = sql.Identifier(self.schema)

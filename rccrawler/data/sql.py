@@ -50,6 +50,8 @@ from rccrawler.records import (
     SkipReason,
 )
 
+logger = logging.getLogger(__name__)
+
 PAGE_COLUMNS = (
     "id, host, url, normalized_url, id_from, level, out_degree, state, downloaded, parsed, "
     "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
@@ -225,8 +227,6 @@ class Conflict(Exception):
     """The database rolled a transaction back to break a deadlock or a serialization
     conflict (SQLSTATE 40P01, 40001): the same call, run again, succeeds."""
 
-
-logger = logging.getLogger(__name__)
 
 CONFLICT_ATTEMPTS = 10
 """Tries of one call that keeps meeting conflicts before the crawl gives up on it."""
