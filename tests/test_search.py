@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 import urllib.request
 
+import psycopg
 import pytest
 import yaml
 from crawling import CrawlRunner
@@ -17,6 +20,8 @@ from plugins.search.content import extract_content
 from plugins.search.index import build_document, keyword_factor
 from plugins.search.processing import load_stopwords, load_synonyms, words
 from plugins.search.query import QueryError, tokenize
+from rccrawler.data.postgres import schema_for
+from rccrawler.data.sqlite import STATE_FILE
 from rccrawler.exceptions import ConfigError
 from rccrawler.manager import load_settings
 
@@ -322,6 +327,51 @@ def test_both_backends_give_the_same_hits(serve, tmp_path, postgresql):
 
 
 # -- the index's storage -----------------------------------------------------------
+
+
+def _index_names(settings) -> set[str]:
+    """The indexes on the search tables of a crawl's state, by name."""
+    if settings.storage == "sqlite":
+        with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
+            rows = db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name LIKE 'search%'"
+            ).fetchall()
+    else:
+        with psycopg.connect(settings.storage) as conn:
+            rows = conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s "
+                "AND tablename IN ('search_postings', 'search_words')",
+                (schema_for(settings.crawl_name),),
+            ).fetchall()
+    return {name for (name,) in rows if not name.startswith(("sqlite_", "search_postings_p"))}
+
+
+def _drop_indexes(settings, names: set[str]) -> None:
+    if settings.storage == "sqlite":
+        with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
+            for name in names:
+                db.execute(f"DROP INDEX {name}")
+            db.commit()
+    else:
+        with psycopg.connect(settings.storage) as conn:
+            for name in names:
+                conn.execute(f"DROP INDEX {schema_for(settings.crawl_name)}.{name}")
+
+
+def test_terms_and_words_are_indexed_when_the_crawl_ends(indexed):
+    """Postings and words are written in page order during the crawl; their indexes by
+    term and by word are built at the end. Before then (a stopped crawl) a search scans,
+    and finds the same hits."""
+    indexes = {"search_postings_i1", "search_words_i1"}
+    assert indexes <= _index_names(indexed)
+    finished = {query: SearchManager.search(indexed, query, limit=100)
+                for query in SAME_HITS_QUERIES}  # fmt: skip
+    assert sum(len(hits or []) for hits in finished.values()) >= 20
+    _drop_indexes(indexed, indexes)
+    assert not indexes & _index_names(indexed)
+    for query, hits in finished.items():
+        assert SearchManager.search(indexed, query, limit=100) == hits, query
+    assert SearchManager.words(indexed, "app") == [("apple", 3)]
 
 
 def test_positions_round_trip_as_varint_deltas():

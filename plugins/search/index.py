@@ -1,9 +1,9 @@
 """The inverted index of the search task, in the crawl's own SQLite database (SPEC §7).
 
 ``search_postings`` maps a keyword to the pages it occurs in with a weight (and
-its positions, for phrases and snippets); its ``page_id`` index maps a page to its
-keywords. ``search_docs`` keeps what a hit shows: URL, title, description, and the
-body text, from which a query-biased snippet is cut.
+its positions, for phrases and snippets), and by its key a page to its keywords.
+``search_docs`` keeps what a hit shows: URL, title, description, and the body text,
+from which a query-biased snippet is cut.
 
 Storage: task tables (``rccrawler.data.tables``), so the index lives in the crawl's
 own storage on every backend and each page's rows are stored with its parse:
@@ -12,11 +12,16 @@ own storage on every backend and each page's rows are stored with its parse:
   ``body_start`` is the position of the body's first word, ``length`` the body's word
   count, ``text`` the body text (cut at the word cap; a snippet finds word n of the
   body as the n-th letter run of this text), ``truncated`` what a cap cut.
-* ``search_postings(page_id, term, weight, positions)``, keyed by (term, page_id) and
+* ``search_postings(page_id, term, weight, positions)``, keyed by (page_id, term) and
   hash-partitioned by term on PostgreSQL: ``positions`` is a BLOB of varint-encoded
   deltas (:func:`encode_positions`).
 * ``search_words(page_id, word, term)``: each indexed word of a page as written, with
   its term, for wildcards and ``rccrawler words``.
+
+Both are keyed by page first, so a crawl writes them as appends (page ids grow); their
+indexes by term and by word are built once the crawl is over (``defer_indexes``: kept
+up to date row by row, they made indexing 5× slower than crawling). A search beside a
+running crawl, or of a stopped one, scans instead: slower, same hits.
 """
 
 from __future__ import annotations
@@ -70,11 +75,19 @@ DOCS = TaskTable(
 POSTINGS = TaskTable(
     "search_postings",
     (("term", "text"), ("weight", "float"), ("positions", "bytes")),
-    key=("term", "page_id"),
+    key=("page_id", "term"),
+    indexes=(("term",),),
     partition_by="term",
+    defer_indexes=True,
 )
 """keyword → pages with weights and positions; hash-partitioned by keyword on PostgreSQL."""
-WORDS = TaskTable("search_words", (("word", "text"), ("term", "text")), key=("word", "page_id"))
+WORDS = TaskTable(
+    "search_words",
+    (("word", "text"), ("term", "text")),
+    key=("page_id", "word"),
+    indexes=(("word",),),
+    defer_indexes=True,
+)
 """Indexed words as written, with their terms, for wildcards and ``rccrawler words``."""
 TABLES = (DOCS, POSTINGS, WORDS)
 """The search task's tables, kept by the DataManager in the crawl's own storage."""

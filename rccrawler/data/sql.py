@@ -369,12 +369,29 @@ class SQLDataManager(DataManager):
             f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({key}))"
             f"{self.types['without_rowid']};\n"
         )
+        return text + self._task_index_sql(table, deferred=False)
+
+    def _task_index_sql(self, table: TaskTable, *, deferred: bool) -> str:
+        """The page_id index (unless the key starts with page_id), then the declared
+        indexes, now or once the crawl is over (``deferred``) as the table says."""
+        text = ""
         for number, index in enumerate((("page_id",), *table.indexes)):
+            later = number > 0 and table.defer_indexes
+            if later != deferred or (number == 0 and table.key[0] == "page_id"):
+                continue
             text += (
                 f"CREATE INDEX IF NOT EXISTS {table.name}_i{number} "
                 f"ON {table.name} ({', '.join(index)});\n"
             )
         return text
+
+    def create_deferred_indexes(self) -> None:
+        statements = "".join(
+            self._task_index_sql(table, deferred=True) for table in self.task_tables.values()
+        )
+        with self._atomic() as cur:
+            for statement in filter(None, statements.split(";\n")):
+                cur.execute(statement)
 
     @abstractmethod
     def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:

@@ -38,7 +38,13 @@ class TaskTable:
             task's name to keep tasks apart (``search_postings``).
         columns: (name, type) of the other columns, in row order.
         key: the primary key (must include ``page_id`` or make rows unique per page).
-        indexes: extra indexes, each a tuple of column names (``page_id`` has one).
+        indexes: extra indexes, each a tuple of column names (``page_id`` has one,
+            the key's own when the key starts with it).
+        defer_indexes: build ``indexes`` only once the crawl is over
+            (:meth:`~rccrawler.data.base.DataManager.create_deferred_indexes`). A table
+            that gets many rows per page, indexed by a column in no useful order (a
+            search term), is then written as appends at crawl speed; until then a read
+            by that column scans the table.
         partition_by: on PostgreSQL, hash-partition the table by this column (a
             big table spread by key, SPEC §7); ignored by SQLite.
     """
@@ -48,6 +54,7 @@ class TaskTable:
     key: tuple[str, ...] = ("page_id",)
     indexes: tuple[tuple[str, ...], ...] = ()
     partition_by: str | None = None
+    defer_indexes: bool = False
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.all_columns]
