@@ -57,6 +57,9 @@ CORPUS = {
     "/w4.html": page("Savanna two", "Giraffe necks are tall."),
     "/w5.html": page("Plains", "Some okapi live here.", keywords="okapi, forest"),
     "/w6.html": page("Plains two", "Some okapi live here.", keywords=", ".join(["okapi"] * 40)),
+    # Length: the same words weigh the same in a long page and in a short one.
+    "/l1.html": page("Quokka notes", "Quokka wombat. " + "Marsupial " * 300),
+    "/l2.html": page("Quokka notes", "Quokka wombat."),
     "/notes.txt": Resource(
         b"Kangaroo habitat notes", headers=(("Content-Type", "text/plain; charset=utf-8"),)
     ),
@@ -188,6 +191,13 @@ def test_ranking_by_location(indexed):
     assert paths(indexed, "zebra") == ["/w1.html", "/w2.html"]  # title > body (twice)
     assert paths(indexed, "giraffe") == ["/w3.html", "/w4.html"]  # heading > body
     assert paths(indexed, "okapi") == ["/w5.html", "/w6.html"]  # stuffed keywords lose
+
+
+def test_several_words_prefer_the_shorter_page(indexed):
+    # Equal weights tie, and ties go by URL; several plain words weigh in the length.
+    assert paths(indexed, "quokka") == ["/l1.html", "/l2.html"]
+    assert paths(indexed, '"quokka wombat"') == ["/l1.html", "/l2.html"]
+    assert paths(indexed, "quokka wombat") == ["/l2.html", "/l1.html"]
 
 
 def test_hits_carry_url_title_summary_and_the_graph_is_written(indexed):

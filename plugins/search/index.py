@@ -321,6 +321,18 @@ class SearchIndex:
 
     def __init__(self, data: DataManager) -> None:
         self.data = data
+        self._average_length: float | None = None
+
+    def average_length(self) -> float:
+        """Words in a document's body on average (read once: it changes slowly)."""
+        if self._average_length is None:
+            lengths = [int(n) for (n,) in self.data.task_rows(DOCS.name, columns=("length",))]
+            self._average_length = max(1.0, sum(lengths) / max(1, len(lengths)))
+        return self._average_length
+
+    def lengths(self, page_ids: Iterable[PageId]) -> dict[PageId, int]:
+        """page id → words in its body."""
+        return {PageId(int(page)): int(n) for page, n in self._by_ids(("length",), page_ids)}  # type: ignore[call-overload]
 
     def document_count(self) -> int:
         return self.data.task_row_total(DOCS.name)
