@@ -1001,10 +1001,11 @@ class SQLDataManager(DataManager):
             check_rows(table, table_rows)
             cur.execute(self._sql(f"DELETE FROM {name} WHERE page_id = ?"), (page_id,))
             if table_rows:
-                marks = ", ".join("?" * len(table.all_columns))
+                # The page id is a literal (an int): the rows go as they are, with no
+                # tuple made per row (a search index writes hundreds per page).
+                marks = ", ".join("?" * len(table.columns))
                 cur.executemany(
-                    self._sql(f"INSERT INTO {name} VALUES ({marks})"),
-                    [(page_id, *row) for row in table_rows],
+                    self._sql(f"INSERT INTO {name} VALUES ({int(page_id)}, {marks})"), table_rows
                 )
 
     def task_rows(
