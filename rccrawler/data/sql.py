@@ -280,6 +280,10 @@ class SQLDataManager(DataManager):
     """The dialect's type map for SCHEMA: float, id, bool, false, bytes, without_rowid."""
     text_order: ClassVar[str] = ""
     """A collation clause that sorts text by bytes (SQLite's default already does)."""
+    covering_indexes: ClassVar[bool] = False
+    """Whether a task table's deferred indexes carry its other columns. A SQLite table
+    is stored in its key's order: a read in another order would seek the table once per
+    row. A PostgreSQL table is a heap, read through any index alike."""
 
     def __init__(self, **options: Unpack[StorageOptions]) -> None:
         self.limits = options.get("limits") or CrawlLimits()
@@ -379,6 +383,8 @@ class SQLDataManager(DataManager):
             later = number > 0 and table.defer_indexes
             if later != deferred or (number == 0 and table.key[0] == "page_id"):
                 continue
+            if later and self.covering_indexes:
+                index += tuple(c for c, _ in table.columns if c not in index + table.key)
             text += (
                 f"CREATE INDEX IF NOT EXISTS {table.name}_i{number} "
                 f"ON {table.name} ({', '.join(index)});\n"
