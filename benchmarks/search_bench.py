@@ -260,6 +260,9 @@ def big_index(config: Path, folder: Path, copies: int) -> tuple[Path, int]:
                                [(count, *row) for row in postings.get(page, ())])  # fmt: skip
                 db.executemany("INSERT INTO search_words VALUES (?, ?, ?)",
                                [(count, *row) for row in words.get(page, ())])  # fmt: skip
+    target.open()  # the indexes a finished crawl builds
+    target.create_deferred_indexes()
+    target.close()
     return big, count
 
 

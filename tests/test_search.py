@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 import urllib.request
 
+import psycopg
 import pytest
 import yaml
 from crawling import CrawlRunner
@@ -17,6 +20,8 @@ from plugins.search.content import extract_content
 from plugins.search.index import build_document, keyword_factor
 from plugins.search.processing import load_stopwords, load_synonyms, words
 from plugins.search.query import QueryError, tokenize
+from rccrawler.data.postgres import schema_for
+from rccrawler.data.sqlite import STATE_FILE
 from rccrawler.exceptions import ConfigError
 from rccrawler.manager import load_settings
 
@@ -52,6 +57,9 @@ CORPUS = {
     "/w4.html": page("Savanna two", "Giraffe necks are tall."),
     "/w5.html": page("Plains", "Some okapi live here.", keywords="okapi, forest"),
     "/w6.html": page("Plains two", "Some okapi live here.", keywords=", ".join(["okapi"] * 40)),
+    # Length: the same words weigh the same in a long page and in a short one.
+    "/l1.html": page("Quokka notes", "Quokka wombat. " + "Marsupial " * 300),
+    "/l2.html": page("Quokka notes", "Quokka wombat."),
     "/notes.txt": Resource(
         b"Kangaroo habitat notes", headers=(("Content-Type", "text/plain; charset=utf-8"),)
     ),
@@ -183,6 +191,13 @@ def test_ranking_by_location(indexed):
     assert paths(indexed, "zebra") == ["/w1.html", "/w2.html"]  # title > body (twice)
     assert paths(indexed, "giraffe") == ["/w3.html", "/w4.html"]  # heading > body
     assert paths(indexed, "okapi") == ["/w5.html", "/w6.html"]  # stuffed keywords lose
+
+
+def test_several_words_prefer_the_shorter_page(indexed):
+    # Equal weights tie, and ties go by URL; several plain words weigh in the length.
+    assert paths(indexed, "quokka") == ["/l1.html", "/l2.html"]
+    assert paths(indexed, '"quokka wombat"') == ["/l1.html", "/l2.html"]
+    assert paths(indexed, "quokka wombat") == ["/l2.html", "/l1.html"]
 
 
 def test_hits_carry_url_title_summary_and_the_graph_is_written(indexed):
@@ -322,6 +337,51 @@ def test_both_backends_give_the_same_hits(serve, tmp_path, postgresql):
 
 
 # -- the index's storage -----------------------------------------------------------
+
+
+def _index_names(settings) -> set[str]:
+    """The indexes on the search tables of a crawl's state, by name."""
+    if settings.storage == "sqlite":
+        with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
+            rows = db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name LIKE 'search%'"
+            ).fetchall()
+    else:
+        with psycopg.connect(settings.storage) as conn:
+            rows = conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s "
+                "AND tablename IN ('search_postings', 'search_words')",
+                (schema_for(settings.crawl_name),),
+            ).fetchall()
+    return {name for (name,) in rows if not name.startswith(("sqlite_", "search_postings_p"))}
+
+
+def _drop_indexes(settings, names: set[str]) -> None:
+    if settings.storage == "sqlite":
+        with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
+            for name in names:
+                db.execute(f"DROP INDEX {name}")
+            db.commit()
+    else:
+        with psycopg.connect(settings.storage) as conn:
+            for name in names:
+                conn.execute(f"DROP INDEX {schema_for(settings.crawl_name)}.{name}")
+
+
+def test_terms_and_words_are_indexed_when_the_crawl_ends(indexed):
+    """Postings and words are written in page order during the crawl; their indexes by
+    term and by word are built at the end. Before then (a stopped crawl) a search scans,
+    and finds the same hits."""
+    indexes = {"search_postings_i1", "search_words_i1"}
+    assert indexes <= _index_names(indexed)
+    finished = {query: SearchManager.search(indexed, query, limit=100)
+                for query in SAME_HITS_QUERIES}  # fmt: skip
+    assert sum(len(hits or []) for hits in finished.values()) >= 20
+    _drop_indexes(indexed, indexes)
+    assert not indexes & _index_names(indexed)
+    for query, hits in finished.items():
+        assert SearchManager.search(indexed, query, limit=100) == hits, query
+    assert SearchManager.words(indexed, "app") == [("apple", 3)]
 
 
 def test_positions_round_trip_as_varint_deltas():

@@ -52,6 +52,12 @@ class SearchManager(WebGraphManager):
         text_processor(settings)
         index_caps(settings)
 
+    def unload(self) -> list[str]:
+        """Index the index (by term and by word) now that the crawl is over, then write
+        the files as a web-graph crawl does."""
+        self.data.create_deferred_indexes()
+        return super().unload()
+
     @classmethod
     def load_index(cls, settings: Settings) -> SearchIndex:
         """The saved index, opened read-only for as long as the process lives (a WSGI

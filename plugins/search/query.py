@@ -60,6 +60,12 @@ SNIPPET_POSITIONS = 200
 PHRASE_IN_TITLE = 1.0
 """A phrase standing in the title scores (1 + this) times more."""
 
+LENGTH_NORMALIZATION = 0.3
+"""BM25's ``b`` for queries of several plain words: a hit's score is divided by
+``1 - b + b × length / average length``. Several words found in a short page say more
+than the same words scattered over a long one. A single word, a phrase or a wildcard
+is not normalized: there the page named after the word, often long, must win."""
+
 _TOKEN = re.compile(r'\s*(?:(")([^"]*)("?)|(\()|(\))|([^\s()"]+))')
 
 Scores = dict["PageId", float]
@@ -150,6 +156,7 @@ class QueryEvaluator:
         self._depth = 0
         self._negated = 0
         self._positive = 0
+        self._plain_words = 0
         self._budget = MAX_PHRASE_POSITIONS
         self._seen: dict[str, dict[PageId, Posting]] = {}
         self.highlight: set[str] = set()
@@ -192,7 +199,7 @@ class QueryEvaluator:
     def evaluate(self, query: str) -> Scores:
         """Every matching document with its term score (before re-ranking)."""
         self._tokens, self._at = tokenize(query), 0
-        self._depth = self._negated = self._positive = 0
+        self._depth = self._negated = self._positive = self._plain_words = 0
         self._budget = MAX_PHRASE_POSITIONS
         self._seen, self.highlight, self._groups = {}, set(), []
         if not self._tokens:
@@ -208,12 +215,22 @@ class QueryEvaluator:
         return result or {}
 
     def rank(self, scores: Scores) -> Scores:
-        """Re-rank the best hits by how close the query's words stand in them."""
+        """Re-rank the best hits by how close the query's words stand in them and, for
+        several plain words, by their pages' lengths (:data:`LENGTH_NORMALIZATION`)."""
         groups = [g for g in self._groups if len(set(g)) > 1]
-        if not groups or len(scores) < 2:
+        normalize = self._plain_words > 1
+        if not (groups or normalize) or len(scores) < 2:
             return scores
         best = sorted(scores, key=lambda page: -scores[page])[:RERANK]
-        ranked = dict(scores)
+        factors = dict.fromkeys(best, 1.0)
+        if normalize:
+            average = self.data.average_length()
+            for page, length in self.data.lengths(best).items():
+                factors[page] = 1.0 / (
+                    1.0 - LENGTH_NORMALIZATION + LENGTH_NORMALIZATION * length / average
+                )
+        # The hits below the re-ranked ones stay below them: they get the lowest factor.
+        ranked = {page: score * min(factors.values()) for page, score in scores.items()}
         for page in best:
             closeness = 0.0
             for group in groups:
@@ -221,7 +238,7 @@ class QueryEvaluator:
                          if t in self._seen and page in self._seen[t]]  # fmt: skip
                 if len(lists) == len(group):
                     closeness = max(closeness, _closeness(lists))
-            ranked[page] = scores[page] * (1.0 + PROXIMITY_WEIGHT * closeness)
+            ranked[page] = scores[page] * factors[page] * (1.0 + PROXIMITY_WEIGHT * closeness)
         return ranked
 
     # -- parser ------------------------------------------------------------
@@ -322,6 +339,7 @@ class QueryEvaluator:
             return None
         if not self._negated:
             self._positive += 1
+            self._plain_words += not quoted
         lists = [self._postings(term) for _offset, term in found]
         pages = set(lists[0]).intersection(*lists[1:])
         idfs = [self._idf(len(postings)) for postings in lists]

@@ -303,3 +303,8 @@ class DataManager(ABC):
     @abstractmethod
     def task_row_total(self, table: str) -> int:
         """How many rows a task table holds."""
+
+    @abstractmethod
+    def create_deferred_indexes(self) -> None:
+        """Build the indexes of task tables declared with ``defer_indexes`` (the crawl
+        is over; a task calls it before unloading). Already built ones are kept."""

@@ -280,6 +280,10 @@ class SQLDataManager(DataManager):
     """The dialect's type map for SCHEMA: float, id, bool, false, bytes, without_rowid."""
     text_order: ClassVar[str] = ""
     """A collation clause that sorts text by bytes (SQLite's default already does)."""
+    covering_indexes: ClassVar[bool] = False
+    """Whether a task table's deferred indexes carry its other columns. A SQLite table
+    is stored in its key's order: a read in another order would seek the table once per
+    row. A PostgreSQL table is a heap, read through any index alike."""
 
     def __init__(self, **options: Unpack[StorageOptions]) -> None:
         self.limits = options.get("limits") or CrawlLimits()
@@ -369,12 +373,31 @@ class SQLDataManager(DataManager):
             f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({key}))"
             f"{self.types['without_rowid']};\n"
         )
+        return text + self._task_index_sql(table, deferred=False)
+
+    def _task_index_sql(self, table: TaskTable, *, deferred: bool) -> str:
+        """The page_id index (unless the key starts with page_id), then the declared
+        indexes, now or once the crawl is over (``deferred``) as the table says."""
+        text = ""
         for number, index in enumerate((("page_id",), *table.indexes)):
+            later = number > 0 and table.defer_indexes
+            if later != deferred or (number == 0 and table.key[0] == "page_id"):
+                continue
+            if later and self.covering_indexes:
+                index += tuple(c for c, _ in table.columns if c not in index + table.key)
             text += (
                 f"CREATE INDEX IF NOT EXISTS {table.name}_i{number} "
                 f"ON {table.name} ({', '.join(index)});\n"
             )
         return text
+
+    def create_deferred_indexes(self) -> None:
+        statements = "".join(
+            self._task_index_sql(table, deferred=True) for table in self.task_tables.values()
+        )
+        with self._atomic() as cur:
+            for statement in filter(None, statements.split(";\n")):
+                cur.execute(statement)
 
     @abstractmethod
     def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:
@@ -984,10 +1007,11 @@ class SQLDataManager(DataManager):
             check_rows(table, table_rows)
             cur.execute(self._sql(f"DELETE FROM {name} WHERE page_id = ?"), (page_id,))
             if table_rows:
-                marks = ", ".join("?" * len(table.all_columns))
+                # The page id is a literal (an int): the rows go as they are, with no
+                # tuple made per row (a search index writes hundreds per page).
+                marks = ", ".join("?" * len(table.columns))
                 cur.executemany(
-                    self._sql(f"INSERT INTO {name} VALUES ({marks})"),
-                    [(page_id, *row) for row in table_rows],
+                    self._sql(f"INSERT INTO {name} VALUES ({int(page_id)}, {marks})"), table_rows
                 )
 
     def task_rows(

@@ -38,7 +38,13 @@ class TaskTable:
             task's name to keep tasks apart (``search_postings``).
         columns: (name, type) of the other columns, in row order.
         key: the primary key (must include ``page_id`` or make rows unique per page).
-        indexes: extra indexes, each a tuple of column names (``page_id`` has one).
+        indexes: extra indexes, each a tuple of column names (``page_id`` has one,
+            the key's own when the key starts with it).
+        defer_indexes: build ``indexes`` only once the crawl is over
+            (:meth:`~rccrawler.data.base.DataManager.create_deferred_indexes`). A table
+            that gets many rows per page, indexed by a column in no useful order (a
+            search term), is then written as appends at crawl speed; until then a read
+            by that column scans the table.
         partition_by: on PostgreSQL, hash-partition the table by this column (a
             big table spread by key, SPEC §7); ignored by SQLite.
     """
@@ -48,6 +54,7 @@ class TaskTable:
     key: tuple[str, ...] = ("page_id",)
     indexes: tuple[tuple[str, ...], ...] = ()
     partition_by: str | None = None
+    defer_indexes: bool = False
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.all_columns]
@@ -79,13 +86,16 @@ class TaskTable:
 
 
 def check_rows(table: TaskTable, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Refuse rows that do not fit the table, before any is written."""
+    """Refuse rows that do not fit the table, before any is written.
+
+    Column by column, and the types of a column as a set: a page may bring hundreds of
+    rows (a search index), and this keeps the loops in C."""
     width = len(table.columns)
-    for row in rows:
-        if len(row) != width:
-            raise ValueError(f"task table {table.name}: a row has {len(row)} values, not {width}")
-        for value, (name, kind) in zip(row, table.columns, strict=True):
-            if value is not None and not isinstance(value, _PYTHON_TYPES[kind]):
+    for found in set(map(len, rows)) - {width}:
+        raise ValueError(f"task table {table.name}: a row has {found} values, not {width}")
+    for values, (name, kind) in zip(zip(*rows, strict=True), table.columns, strict=False):
+        for found_type in set(map(type, values)) - {type(None)}:
+            if not issubclass(found_type, _PYTHON_TYPES[kind]):
                 raise TypeError(
-                    f"task table {table.name}.{name} is {kind}, not {type(value).__name__}"
+                    f"task table {table.name}.{name} is {kind}, not {found_type.__name__}"
                 )
