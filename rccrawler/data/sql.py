@@ -1122,8 +1122,9 @@ class SQLDataManager(DataManager):
             )[0][0]
             if bound is None:
                 return
-            for from_id, to_id in self._read(query, (host, last_from, bound)):
-                yield PageArc(PageId(from_id), PageId(to_id))
+            # Rows are (int, int): PageArc._make builds the record without a Python
+            # call per id (PageId is only a name for int).
+            yield from map(PageArc._make, self._read(query, (host, last_from, bound)))
             last_from = bound
 
     def iter_raw_arcs(self, host: str) -> Iterator[PageArc]:
@@ -1137,8 +1138,7 @@ class SQLDataManager(DataManager):
             )
             if not rows:
                 return
-            for from_id, to_id in rows:
-                yield PageArc(PageId(from_id), PageId(to_id))
+            yield from map(PageArc._make, rows)
             last = (int(rows[-1][0]), int(rows[-1][1]))
 
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
