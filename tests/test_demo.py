@@ -12,7 +12,7 @@ from collections import Counter
 
 from support.sites import generated_site
 
-from rccrawler.demo import DEMO_QUERY
+from rccrawler.demo import DEMO_QUERY, self_check
 from rccrawler.demo.site import DEMO_HOST, demo_facts, demo_sites
 from rccrawler.web.html import parse_html
 
@@ -25,6 +25,7 @@ def test_demo_crawls_the_sample_site(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "results in" in proc.stdout and f"{DEMO_HOST}:" in proc.stdout
+    assert "as a correct crawl of the sample site finds" in proc.stdout  # its self-check
     facts = demo_facts()
     with open(out / f"{DEMO_HOST}.nodes.csv", newline="") as handle:
         nodes = list(csv.DictReader(handle))
@@ -99,3 +100,12 @@ def test_both_parser_backends_extract_the_same_links_from_every_test_page():
         assert lexbor.base_url == html5.base_url, path
         count += 1
     assert count > 400
+
+
+def test_the_demo_self_check_names_a_wrong_result():
+    facts = demo_facts()
+    right = len(facts.nodes) - (len(facts.duplicates) - 1)
+    good = {"pages_done": right, "duplicates": len(facts.duplicates) - 1}
+    assert self_check(good).startswith("check: ")
+    assert self_check({**good, "pages_done": right - 1}).startswith("check FAILED")
+    assert self_check({**good, "duplicates": 0}).startswith("check FAILED")

@@ -9,7 +9,7 @@ from typing import Any
 
 from rccrawler.config import settings_from_mapping
 from rccrawler.demo.server import serve_demo
-from rccrawler.demo.site import DEMO_HOST, demo_sites
+from rccrawler.demo.site import DEMO_HOST, demo_facts, demo_sites
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,17 @@ def demo_settings(output_dir: Path, resolve: dict[str, str]) -> dict[str, Any]:
             "from": "demo@rccrawler.invalid",
         },
     }
+
+
+def self_check(site: dict[str, Any]) -> str:
+    """The demo checks its own result: the sample site is built with what a correct crawl
+    finds in it (a byte-identical group counts once in ``pages_done``)."""
+    facts = demo_facts()
+    expected = len(facts.nodes) - (len(facts.duplicates) - 1)
+    found = site["pages_done"]
+    if found == expected and site["duplicates"] == len(facts.duplicates) - 1:
+        return f"check: {found} pages, as a correct crawl of the sample site finds"
+    return f"check FAILED: {found} pages, {site['duplicates']} duplicates; expected {expected}"
 
 
 def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
@@ -65,6 +76,7 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
         site = manager.report["sites"][DEMO_HOST]
         skipped = ", ".join(f"{k} {v}" for k, v in site["skipped_by_reason"].items())
         print(f"the server answered {requests} requests; not crawled: {skipped}")
+        print(self_check(site))
         for name in ("nodes.csv", "arcs.csv", "graphml", "skipped.csv"):
             print(f"  {output_dir / f'{DEMO_HOST}.{name}'}")
         print(f"  {output_dir / 'report.json'}")
