@@ -1,7 +1,7 @@
 """The live status view on a terminal, plain log lines elsewhere, and the report at the end.
 
 The end-to-end tests run ``rccrawler`` as a user does: in a pseudo-terminal (read back
-through a small VT100 model, since the view redraws in place) or with stdout piped.
+through the ``pyte`` terminal emulator, since the view redraws in place) or with stdout piped.
 The unit tests render the view to a ``Console(StringIO)`` with a hand-moved clock.
 """
 
@@ -17,11 +17,12 @@ import sys
 import time
 from collections import ChainMap
 
+import pyte
 import pytest
 import yaml
 from rich.console import Console
 from support.sites import generated_site, page_path
-from support.terminal import TerminalSession, VirtualScreen, strip_ansi
+from support.terminal import TerminalSession, screen_text, strip_ansi
 from webserver import Resource, redirect
 
 from rccrawler.records import CrawlStats, HostStats
@@ -387,7 +388,7 @@ def test_report_table_has_every_figure_of_report_json():
     assert "results in out/x" in text
 
 
-# -- the routine thread and the screen model --------------------------------------
+# -- the routine thread and the screen reading ------------------------------------
 
 
 def test_routine_thread_warns_once_per_new_error_and_not_for_old_ones(caplog):
@@ -407,16 +408,18 @@ def test_routine_thread_warns_once_per_new_error_and_not_for_old_ones(caplog):
 @pytest.mark.parametrize(
     ("data", "screen"),
     [
-        ("abc\r\nxyz", "abc\nxyz"),
-        ("one\r\ntwo\r\n\x1b[2K\x1b[1A\x1b[2K\x1b[1A\x1b[2Kuno\r\ndos\r\n", "uno\ndos"),
-        ("\x1b[1;31mred\x1b[0m text\rR", "Red text"),
-        ("abcdef\r\x1b[3C\x1b[K", "abc"),
+        (b"abc\r\nxyz", "abc\nxyz"),
+        (b"one\r\ntwo\r\n\x1b[2K\x1b[1A\x1b[2K\x1b[1A\x1b[2Kuno\r\ndos\r\n", "uno\ndos"),
+        (b"\x1b[1;31mred\x1b[0m text\rR", "Red text"),
+        (b"abcdef\r\x1b[3C\x1b[K", "abc"),
+        (b"one\r\n\r\nthree\r\n4\r\n5\r\n6", "\nthree\n4\n5\n6"),  # "one" scrolled off
     ],
 )
-def test_virtual_screen(data, screen):
-    virtual = VirtualScreen(height=5)
-    virtual.feed(data)
-    assert virtual.display() == screen
+def test_screen_text(data, screen):
+    """The moves the live view redraws with, read back as the tests read the window."""
+    terminal = pyte.Screen(20, 5)
+    pyte.ByteStream(terminal).feed(data)
+    assert screen_text(terminal) == screen
 
 
 def test_hosts_stay_readable_at_80_columns():
