@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import tempfile
 import threading
 import time
 import warnings
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = "lock"
 STOP_FILE = "stop.request"
 COOKIE_FILE = "cookies.txt"
+COOKIE_TMP_SUFFIX = ".tmp"
+"""A save writes ``cookies.txt.<random>.tmp`` first: each its own, so workers sharing a
+state directory never rename one another's half-written file."""
 
 
 def state_in_use(state_dir: Path) -> bool:
@@ -44,6 +48,8 @@ def discard_state_files(state_dir: Path) -> None:
     """Remove the files this module keeps (``--fresh``); the lock file stays, it is held."""
     for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
         (state_dir / name).unlink(missing_ok=True)
+    for leftover in state_dir.glob(f"{COOKIE_FILE}.*{COOKIE_TMP_SUFFIX}"):  # a killed save's
+        leftover.unlink(missing_ok=True)
 
 
 class StateLock:
@@ -161,7 +167,15 @@ class SavedCookies:
             timer.cancel()  # this save supersedes it
         try:
             with self.jar_lock:
-                self.jar.save(str(self.path) + ".tmp", ignore_discard=True, ignore_expires=False)
-                os.replace(str(self.path) + ".tmp", self.path)
+                handle, temporary = tempfile.mkstemp(
+                    prefix=f"{COOKIE_FILE}.", suffix=COOKIE_TMP_SUFFIX, dir=self.path.parent
+                )
+                os.close(handle)
+                try:
+                    self.jar.save(temporary, ignore_discard=True, ignore_expires=False)
+                    os.replace(temporary, self.path)
+                except BaseException:
+                    os.unlink(temporary)
+                    raise
         except OSError as exc:
             logger.warning("cookies could not be saved: %s", exc)
