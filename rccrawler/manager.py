@@ -234,11 +234,17 @@ class ApplicationManager:
             return 0.0
         return (self._ended or time.monotonic()) - self._started
 
+    @classmethod
+    def tables_for(cls, settings: Settings) -> tuple[TaskTable, ...]:
+        """The task's tables for these settings: ``task_tables``, which a task may tune
+        from its own settings section (the search task's partition count)."""
+        return cls.task_tables
+
     def create_data_manager(self) -> SQLDataManager:
         """The storage backend named by ``storage:``, with this task's tables."""
         return create_storage(
             self.settings,
-            task_tables=self.task_tables,
+            task_tables=self.tables_for(self.settings),
             sqlite_cls=self.sqlite_data_manager_cls,
             synchronous=self.sqlite_synchronous,
         )

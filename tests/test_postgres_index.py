@@ -6,6 +6,7 @@ import re
 import uuid
 
 import psycopg
+import pytest
 import yaml
 from webserver import Resource
 
@@ -15,8 +16,9 @@ from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
 
 
+@pytest.mark.parametrize("partitions", [None, 3])  # the default, and search.partitions
 def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(
-    serve, tmp_path, postgresql
+    serve, tmp_path, postgresql, partitions
 ):
     words = ["apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel"]
     site = {"/": Resource(b"".join(b"<a href='/%d'>x</a>" % n for n in range(len(words))))}
@@ -29,6 +31,7 @@ def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(
         "manager": "plugins.search.SearchManager", "sites": ["s.test"], "storage": postgresql,
         "name": name, "state_dir": str(tmp_path / "state"), "output_dir": str(tmp_path / "out"),
         "crawl": {"crawl_delay_ms": 0, "resolve": server.resolve},
+        **({"search": {"partitions": partitions}} if partitions else {}),
     }))  # fmt: skip
     manager_cls, settings = load_settings(config)
     try:
@@ -47,7 +50,7 @@ def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(
             parts = conn.execute(
                 "SELECT count(*) FROM pg_inherits WHERE inhparent = 'search_postings'::regclass"
             ).fetchone()[0]
-            assert parts == DEFAULT_PARTITIONS
+            assert parts == (partitions or DEFAULT_PARTITIONS)
             spread = conn.execute(
                 "SELECT count(DISTINCT tableoid) FROM search_postings"
             ).fetchone()[0]

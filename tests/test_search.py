@@ -409,12 +409,13 @@ def test_caps_on_words_and_positions_are_recorded():
     assert full.truncated == "" and len(full.postings["okapi"].positions) == 50
 
 
+@pytest.mark.parametrize("key", ["max_words", "partitions"])
 @pytest.mark.parametrize("value", [0, -1, True, "many", 10**9])
-def test_cap_settings_are_validated(tmp_path, value):
+def test_cap_settings_are_validated(tmp_path, key, value):
     path = tmp_path / "settings.yaml"
     path.write_text(yaml.safe_dump({"manager": MANAGER, "sites": ["a.test"],
-                                    "search": {"max_words": value}}))  # fmt: skip
-    with pytest.raises(ConfigError, match=r"search\.max_words"):
+                                    "search": {key: value}}))  # fmt: skip
+    with pytest.raises(ConfigError, match=rf"search\.{key}"):
         load_settings(path)
 
 

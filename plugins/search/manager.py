@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from plugins.search.commands import search_arguments, search_command, words_arguments, words_command
 from plugins.search.index import TABLES, SearchIndex
 from plugins.search.query import QueryEvaluator
-from plugins.search.settings import SEARCH_KEYS, index_caps, search_section, text_processor
+from plugins.search.settings import (
+    SEARCH_KEYS,
+    index_caps,
+    index_partitions,
+    search_section,
+    text_processor,
+)
 from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread
 from plugins.webgraph.manager import WebGraphManager
 from rccrawler.data.storage import create_storage, open_storage, state_exists
@@ -51,6 +57,16 @@ class SearchManager(WebGraphManager):
                 raise ConfigError(f"search.{key}", f"unknown key (known: {', '.join(SEARCH_KEYS)})")
         text_processor(settings)
         index_caps(settings)
+        index_partitions(settings)
+
+    @classmethod
+    def tables_for(cls, settings: Settings) -> tuple[TaskTable, ...]:
+        """The postings get ``search.partitions`` hash partitions (PostgreSQL)."""
+        partitions = index_partitions(settings)
+        return tuple(
+            replace(table, partitions=partitions) if table.partition_by else table
+            for table in cls.task_tables
+        )
 
     def unload(self) -> list[str]:
         """Index the index (by term and by word) now that the crawl is over, then write
@@ -64,7 +80,7 @@ class SearchManager(WebGraphManager):
         app under another server keeps it): a running crawl may go on writing it."""
         if not state_exists(settings):
             raise StateError(f"no saved crawl of {settings.crawl_name}: run the crawl first")
-        data = create_storage(settings, task_tables=cls.task_tables, read_only=True)
+        data = create_storage(settings, task_tables=cls.tables_for(settings), read_only=True)
         data.open()
         return SearchIndex(data)
 
@@ -72,7 +88,7 @@ class SearchManager(WebGraphManager):
     @contextlib.contextmanager
     def open_index(cls, settings: Settings) -> Iterator[SearchIndex]:
         """The saved index, read-only (a running crawl may go on writing it)."""
-        with open_storage(settings, task_tables=cls.task_tables) as data:
+        with open_storage(settings, task_tables=cls.tables_for(settings)) as data:
             yield SearchIndex(data)
 
     @classmethod

@@ -19,7 +19,7 @@ from rccrawler.exceptions import ConfigError
 if TYPE_CHECKING:
     from rccrawler.config import Settings
 
-SEARCH_KEYS = ("stopwords", "synonyms", "language", "max_words", "max_positions")
+SEARCH_KEYS = ("stopwords", "synonyms", "language", "max_words", "max_positions", "partitions")
 """Keys of the ``search:`` section: word-list files (relative to settings.yaml), the
 Snowball language, and the caps on words indexed per document and positions kept per
 term and document."""
@@ -60,6 +60,21 @@ def text_processor(settings: Settings) -> TextProcessor:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("search", f"cannot read a word list ({exc})") from exc
     return TextProcessor(stopwords, synonyms, language)
+
+
+MAX_PARTITIONS = 256
+
+
+def index_partitions(settings: Settings) -> int | None:
+    """``partitions`` of the ``search:`` section: how many hash partitions by term the
+    postings get on PostgreSQL (None: the backend's default). A new crawl reads it; a
+    saved one keeps the partitions it was created with."""
+    value = search_section(settings).get("partitions")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARTITIONS:
+        raise ConfigError("search.partitions", f"must be a whole number from 1 to {MAX_PARTITIONS}")
+    return value
 
 
 def index_caps(settings: Settings) -> dict[str, int]:

@@ -285,10 +285,11 @@ class PostgresDataManager(SQLDataManager):
             return text
         # Seed 000, Part IV: a table too big for one machine is hash-partitioned by key.
         create, rest = text.split(";\n", 1)
+        count = table.partitions or self.partitions
         parts = "".join(
             f"CREATE TABLE IF NOT EXISTS {table.name}_p{n} PARTITION OF {table.name} "
-            f"FOR VALUES WITH (MODULUS {self.partitions}, REMAINDER {n});\n"
-            for n in range(self.partitions)
+            f"FOR VALUES WITH (MODULUS {count}, REMAINDER {n});\n"
+            for n in range(count)
         )
         return f"{create} PARTITION BY HASH ({table.partition_by});\n{parts}{rest}"
 

@@ -47,6 +47,8 @@ class TaskTable:
             by that column scans the table.
         partition_by: on PostgreSQL, hash-partition the table by this column (a
             big table spread by key, SPEC §7); ignored by SQLite.
+        partitions: how many hash partitions (None: the backend's default); read when
+            the table is created, so a saved crawl keeps its own.
     """
 
     name: str
@@ -55,6 +57,7 @@ class TaskTable:
     indexes: tuple[tuple[str, ...], ...] = ()
     partition_by: str | None = None
     defer_indexes: bool = False
+    partitions: int | None = None
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.all_columns]
