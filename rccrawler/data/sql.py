@@ -517,14 +517,9 @@ class SQLDataManager(DataManager):
 
     @retry_conflicts
     def add_links(
-        self,
-        host: str,
-        links: Sequence[FoundLink],
-        skipped: Sequence[SkippedLink] = (),
-        *,
-        level: int = 1,
-        referer: str = "",
-    ) -> int:
+        self, host: str, links: Sequence[FoundLink], skipped: Sequence[SkippedLink] = (), *,
+        level: int = 1, referer: str = "",
+    ) -> int:  # fmt: skip
         with self._atomic() as cur:
             self._lock_sites(cur)
             # The budget counts every page of the site (few before its robots.txt is in).
@@ -982,14 +977,10 @@ class SQLDataManager(DataManager):
                 )
 
     def task_rows(
-        self,
-        table: str,
-        *,
-        columns: Sequence[str] | None = None,
-        equals: Mapping[str, Any] | None = None,
-        prefix: tuple[str, str] | None = None,
+        self, table: str, *, columns: Sequence[str] | None = None,
+        equals: Mapping[str, Any] | None = None, prefix: tuple[str, str] | None = None,
         any_of: tuple[str, Sequence[Any]] | None = None,
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[tuple[Any, ...]]:  # fmt: skip
         spec = self._task_table(table)
         names = list(columns) if columns else [name for name, _ in spec.all_columns]
         where, params = self._task_where(spec, equals, prefix)
