@@ -9,7 +9,6 @@ of the wall times, the archive's bytes and records per page.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 import yaml
-from common import write_settings
+from common import count_args, write_settings
 from support.loopback import serve_sites
 from support.sites import generated_site
 from warcio.archiveiterator import ArchiveIterator  # type: ignore[import-untyped]
@@ -44,10 +43,7 @@ def crawl(folder: Path, resolve: dict[str, str], manager: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--pages", type=int, default=3000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = count_args(__doc__, pages=3000, runs=3)
     times: dict[str, list[float]] = {name: [] for name in TASKS}
     with serve_sites({"a.test": generated_site("a.test", args.pages)}) as server:
         for run in range(args.runs):

@@ -6,6 +6,7 @@ and generated sites (``support.loopback``, ``support.sites``), which ship in no 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,15 @@ import yaml
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+
+def count_args(doc: str | None, **counts: int) -> argparse.Namespace:
+    """The command line of a benchmark that takes only counts: ``--name N`` for each, with
+    its default, and the first line of the script's docstring as the description."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    for name, default in counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    return parser.parse_args()
 
 
 def write_settings(

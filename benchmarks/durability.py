@@ -16,7 +16,6 @@ share this process.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sqlite3
 import statistics
@@ -26,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import common  # noqa: F401  (puts tests/ on sys.path for support.*)
+from common import count_args  # first: it puts tests/ on sys.path for support.*
 from support.loopback import serve_sites
 from support.sites import generated_site
 
@@ -94,10 +93,7 @@ def crawl_once(manager_cls: type[WebGraphManager], resolve: dict[str, str], host
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=1500)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = count_args(__doc__, pages=1500, runs=3)
     host = "durable.test"
     rates: dict[type[WebGraphManager], list[float]] = {cls: [] for cls in MODES}
     with serve_sites({host: generated_site(host, args.pages, fanout=10)}) as server:

@@ -11,13 +11,12 @@ each round here starts without that cache, so the first unloader needing them pa
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from common import write_settings
+from common import count_args, write_settings
 from support.loopback import serve_sites
 from support.sites import generated_site
 
@@ -25,10 +24,7 @@ from rccrawler.manager import load_settings
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = count_args(__doc__, pages=5000, rounds=3)
     host = "big.test"
     with (
         serve_sites({host: generated_site(host, args.pages, fanout=10)}) as server,

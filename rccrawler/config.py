@@ -126,41 +126,6 @@ class Settings:
         return self.name or str(self.state_dir.expanduser().resolve())
 
 
-# key -> (type check, description) tables; a type list allows several.
-_CRAWL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "max_depth": ((int,), "a whole number >= 0"),
-    "max_pages": ((int,), "a whole number >= 0 (0 = no limit)"),
-    "crawl_delay_ms": ((int, float), "a number of milliseconds >= 0"),
-    "max_downloads_at_time": ((int,), "a whole number >= 1"),
-    "timeout_s": ((int, float), "a number of seconds > 0"),
-    "max_body_bytes": ((int,), "a whole number of bytes > 0"),
-    "max_download_attempts": ((int,), "a whole number >= 1"),
-    "obey_robots": ((bool,), "true or false"),
-    "user_agent": ((str,), "a string"),
-    "from": ((str,), "an e-mail address string"),
-    "proxy": ((str, type(None)), "null or http://host:port"),
-    "cookies": ((bool,), "true or false"),
-    "include": ((list,), "a list of strings"),
-    "exclude": ((list,), "a list of strings"),
-    "include_regex": ((str, list, type(None)), "a regular expression or a list of them"),
-    "exclude_regex": ((str, list, type(None)), "a regular expression or a list of them"),
-    "headers": ((dict,), "a mapping of header names to strings"),
-    "sitemaps": ((bool,), "true or false"),
-    "max_sitemap_files": ((int,), "a whole number >= 0"),
-    "max_sitemap_urls": ((int,), "a whole number >= 0"),
-    "resolve": ((dict,), 'a mapping like {"site.test:80": "127.0.0.1:8080"}'),
-    "verify_tls": ((bool,), "true or false"),
-    "auto_throttle": ((bool,), "true or false"),
-    "max_redirects": ((int,), "a whole number >= 0"),
-    "add_trailing_slash": ((bool,), "true or false"),
-    "ip_to_domain": ((bool,), "true or false"),
-    "max_crawl_delay_ms": ((int, float), "a number of milliseconds >= 0"),
-    "max_links_per_page": ((int,), "a whole number >= 1"),
-    "max_html_depth": ((int,), "a whole number >= 16"),
-    "max_url_length": ((int,), "a whole number >= 256"),
-    "max_query_variants": ((int,), "a whole number >= 1"),
-}
-
 MAX_INT = 2**53
 """No count or size in settings is larger: beyond it numbers lose precision as floats."""
 MAX_TIMEOUT_S = 86_400.0
@@ -173,6 +138,29 @@ _LOWER_BOUNDS = {
     "max_url_length": 256, "max_query_variants": 1, "max_sitemap_files": 0,
     "max_sitemap_urls": 0,
 }  # fmt: skip
+_FLAGS = (
+    "obey_robots", "cookies", "sitemaps", "verify_tls", "auto_throttle", "add_trailing_slash",
+    "ip_to_domain",
+)  # fmt: skip
+_MILLISECONDS = ((int, float), "a number of milliseconds >= 0")
+_PATTERNS = ((str, list, type(None)), "a regular expression or a list of them")
+_CRAWL_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    **{key: ((int,), f"a whole number >= {low}") for key, low in _LOWER_BOUNDS.items()},
+    **dict.fromkeys(_FLAGS, ((bool,), "true or false")),
+    **dict.fromkeys(("include", "exclude"), ((list,), "a list of strings")),
+    **dict.fromkeys(("include_regex", "exclude_regex"), _PATTERNS),
+    **dict.fromkeys(("crawl_delay_ms", "max_crawl_delay_ms"), _MILLISECONDS),
+    "max_pages": ((int,), "a whole number >= 0 (0 = no limit)"),
+    "max_body_bytes": ((int,), "a whole number of bytes > 0"),
+    "timeout_s": ((int, float), "a number of seconds > 0"),
+    "user_agent": ((str,), "a string"),
+    "from": ((str,), "an e-mail address string"),
+    "proxy": ((str, type(None)), "null or http://host:port"),
+    "headers": ((dict,), "a mapping of header names to strings"),
+    "resolve": ((dict,), 'a mapping like {"site.test:80": "127.0.0.1:8080"}'),
+}
+"""key -> (the types it accepts, how to say so): whole numbers are described by their
+lower bound, flags are booleans, and the rest say what they are."""
 SITE_KEYS = (
     "max_depth", "crawl_delay_ms", "max_downloads_at_time", "include", "exclude",
     "include_regex", "exclude_regex", "headers", "sitemaps", "max_sitemap_files",

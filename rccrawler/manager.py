@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, overload
 
 from rccrawler.config import Settings, read_settings_file, settings_from_mapping
 from rccrawler.context import CrawlContext
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from rccrawler.threads.base import CrawlerThread
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]:
@@ -73,6 +74,35 @@ class TaskCommand:
     returns the exit code (see rccrawler.commands)."""
     arguments: Callable[[argparse.ArgumentParser], None] | None = None
     """Adds the command's own arguments to its parser (``--config`` is there already)."""
+
+
+class _InContext(Generic[T]):
+    """A manager attribute that is its crawl context's attribute of the same name (the
+    threads read the context; the command line and tests read the manager)."""
+
+    def __init__(self, *, writable: bool = False) -> None:
+        self.writable = writable
+        self.name = ""
+
+    def __set_name__(self, owner: type[ApplicationManager], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, manager: None, owner: type[ApplicationManager]) -> Self: ...
+    @overload
+    def __get__(self, manager: ApplicationManager, owner: type[ApplicationManager]) -> T: ...
+    def __get__(
+        self, manager: ApplicationManager | None, owner: type[ApplicationManager]
+    ) -> T | Self:
+        if manager is None:
+            return self
+        value: T = getattr(manager.context, self.name)
+        return value
+
+    def __set__(self, manager: ApplicationManager, value: T) -> None:
+        if not self.writable:
+            raise AttributeError(f"{self.name} is the crawl context's; it cannot be set")
+        setattr(manager.context, self.name, value)
 
 
 class ApplicationManager:
@@ -174,59 +204,20 @@ class ApplicationManager:
         )
 
     # -- the context's parts, for the command line and tests -------------------
-    @property
-    def data(self) -> SQLDataManager:
-        return self.context.data
-
-    @data.setter
-    def data(self, data: SQLDataManager) -> None:
-        """Read another storage (``export`` opens the saved state read-only)."""
-        self.context.data = data
-
-    @property
-    def fetcher(self) -> Fetcher:
-        return self.context.fetcher
-
-    @property
-    def stopping(self) -> threading.Event:
-        return self.context.stopping
-
-    @property
-    def parsing_stopping(self) -> threading.Event:
-        return self.context.parsing_stopping
-
-    @property
-    def finished(self) -> bool:
-        return self.context.finished
-
-    @finished.setter
-    def finished(self, finished: bool) -> None:
-        self.context.finished = finished
-
-    @property
-    def stop_reason(self) -> str:
-        return self.context.stop_reason
-
-    @stop_reason.setter
-    def stop_reason(self, reason: str) -> None:
-        self.context.stop_reason = reason
-
-    @property
-    def status(self) -> StatusSink | None:
-        return self.context.status
-
-    @status.setter
-    def status(self, sink: StatusSink | None) -> None:
-        """Show the crawl's progress there (the command line's live view)."""
-        self.context.status = sink
+    data: _InContext[SQLDataManager] = _InContext(writable=True)
+    """The storage (``export`` sets one that reads the saved state read-only)."""
+    fetcher: _InContext[Fetcher] = _InContext()
+    stopping: _InContext[threading.Event] = _InContext()
+    parsing_stopping: _InContext[threading.Event] = _InContext()
+    finished: _InContext[bool] = _InContext(writable=True)
+    stop_reason: _InContext[str] = _InContext(writable=True)
+    status: _InContext[StatusSink | None] = _InContext(writable=True)
+    """Shows the crawl's progress (the command line's live view)."""
+    stop_file: _InContext[Path] = _InContext()
 
     @property
     def state_dir(self) -> Path:
         return self.settings.state_dir
-
-    @property
-    def stop_file(self) -> Path:
-        return self.context.stop_file
 
     @property
     def elapsed(self) -> float:

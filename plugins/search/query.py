@@ -27,6 +27,8 @@ from plugins.search.snippet import Snippet, make_snippet
 from rccrawler.exceptions import RCCrawlerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from plugins.search.index import Posting, SearchIndex
     from plugins.search.processing import TextProcessor
     from rccrawler.records import PageId
@@ -136,6 +138,28 @@ def tokenize(query: str) -> list[tuple[str, str]]:
 
 TIE_MARGIN = 50
 """Hits read beyond the page asked for, so equal scores can be ordered by URL."""
+
+
+def _combine(
+    left: Scores | None, right: Scores | None, merge: Callable[[Scores, Scores], Scores]
+) -> Scores | None:
+    """Join the two sides of AND or OR; a side with no constraint (None) drops out."""
+    if left is None or right is None:
+        return right if left is None else left
+    return merge(left, right)
+
+
+def _union(left: Scores, right: Scores) -> Scores:
+    """OR: every page of either side, its scores added."""
+    merged = dict(left)
+    for page, score in right.items():
+        merged[page] = merged.get(page, 0.0) + score
+    return merged
+
+
+def _intersection(left: Scores, right: Scores) -> Scores:
+    """AND: the pages of both sides, their scores added."""
+    return {page: score + right[page] for page, score in left.items() if page in right}
 
 
 class QueryEvaluator:
@@ -254,14 +278,7 @@ class QueryEvaluator:
         result = self._and()
         while self._peek() == "OR":
             self._at += 1
-            right = self._and()
-            if result is None or right is None:
-                result = right if result is None else result
-                continue
-            merged = dict(result)
-            for page, score in right.items():
-                merged[page] = merged.get(page, 0.0) + score
-            result = merged
+            result = _combine(result, self._and(), _union)
         return result
 
     def _and(self) -> Scores | None:
@@ -270,11 +287,7 @@ class QueryEvaluator:
         while self._peek() not in (None, "OR", ")"):
             if self._peek() == "AND":
                 self._at += 1
-            right = self._not()
-            if result is None or right is None:
-                result = right if result is None else result
-                continue
-            result = {p: s + right[p] for p, s in result.items() if p in right}
+            result = _combine(result, self._not(), _intersection)
         # The plain words ANDed here form one group for proximity ranking.
         joined = [term for group in self._groups[start:] for term in group]
         if len(self._groups) - start > 1:

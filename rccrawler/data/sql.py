@@ -57,11 +57,18 @@ PAGE_COLUMNS = (
     "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
     "redirect_target, redirect_hops, bytes, truncated, referer"
 )
+PAGE_FIELDS = tuple(PAGE_COLUMNS.split(", "))
+"""PageData's fields, in the order of PAGE_COLUMNS."""
 HOST_FIELDS = tuple(f.name for f in fields(HostData))
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
 LEASED = "('running', 'downloaded', 'parsing')"
 """Page states held by one process (a body waiting for a parser lives in its memory)."""
+_FINAL_STATE = {
+    DownloadVerdict.RETRY: PageState.WAITING,
+    DownloadVerdict.NOT_NODE: PageState.SKIPPED,
+}
+"""Where a download that is not a node leaves its page; any other verdict is an error."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -149,33 +156,12 @@ class Cursor(Protocol):
 
 
 def page_from_row(row: Sequence[Any]) -> PageData:
-    """A PageData from a row of PAGE_COLUMNS."""
-    (pid, host, url, norm, id_from, level, out_degree, state, downloaded, parsed, status,
-     ctype, chash, error, replace_id, attempts, target, hops, size, truncated,
-     referer) = row  # fmt: skip
-    return PageData(
-        id=PageId(pid),
-        host=host,
-        url=url,
-        normalized_url=norm,
-        id_from=PageId(id_from) if id_from is not None else None,
-        level=level,
-        out_degree=out_degree,
-        state=PageState(state),
-        downloaded=bool(downloaded),
-        parsed=bool(parsed),
-        http_status=status,
-        content_type=ctype,
-        content_hash=chash,
-        error_code=error,
-        replace_id=PageId(replace_id) if replace_id is not None else None,
-        download_attempts=attempts,
-        redirect_target=target,
-        redirect_hops=hops,
-        bytes=size,
-        truncated=bool(truncated),
-        referer=referer,
-    )
+    """A PageData from a row of PAGE_COLUMNS (SQLite keeps booleans as integers)."""
+    raw = dict(zip(PAGE_FIELDS, row, strict=True))
+    raw["state"] = PageState(raw["state"])
+    for flag in ("downloaded", "parsed", "truncated"):
+        raw[flag] = bool(raw[flag])
+    return PageData(**raw)
 
 
 def host_from_row(row: Sequence[Any]) -> HostData:
@@ -531,14 +517,9 @@ class SQLDataManager(DataManager):
 
     @retry_conflicts
     def add_links(
-        self,
-        host: str,
-        links: Sequence[FoundLink],
-        skipped: Sequence[SkippedLink] = (),
-        *,
-        level: int = 1,
-        referer: str = "",
-    ) -> int:
+        self, host: str, links: Sequence[FoundLink], skipped: Sequence[SkippedLink] = (), *,
+        level: int = 1, referer: str = "",
+    ) -> int:  # fmt: skip
         with self._atomic() as cur:
             self._lock_sites(cur)
             # The budget counts every page of the site (few before its robots.txt is in).
@@ -724,39 +705,24 @@ class SQLDataManager(DataManager):
             size = len(result.body)
             if rows:
                 self._write_task_rows(cur, page_id, rows)
-            if outcome.verdict is DownloadVerdict.RETRY or (
-                outcome.verdict is DownloadVerdict.ERROR and not outcome.answered
-            ):
-                state = (
-                    PageState.WAITING
-                    if outcome.verdict is DownloadVerdict.RETRY
-                    else PageState.ERROR
-                )
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = ?, owner = '', download_attempts = ?, "
-                        "error_code = ?, http_status = ? WHERE id = ?"
-                    ),
-                    (state.value, outcome.attempts, outcome.error, outcome.status, page_id),
-                )
-                self._on_move(page, state, error=outcome.error)
-                return
             if outcome.verdict is not DownloadVerdict.HTML:
-                state = (
-                    PageState.SKIPPED
-                    if outcome.verdict is DownloadVerdict.NOT_NODE
-                    else PageState.ERROR
+                state = _FINAL_STATE.get(outcome.verdict, PageState.ERROR)
+                columns: dict[str, object] = {
+                    "state": state.value, "owner": "", "download_attempts": outcome.attempts,
+                    "error_code": outcome.error, "http_status": outcome.status,
+                }  # fmt: skip
+                # A response that came is kept with its type and size; a failed request has none.
+                answered = outcome.verdict is DownloadVerdict.NOT_NODE or (
+                    outcome.verdict is DownloadVerdict.ERROR and outcome.answered
                 )
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = ?, owner = '', download_attempts = ?, "
-                        "http_status = ?, content_type = ?, error_code = ?, bytes = ?, "
-                        "downloaded = ? WHERE id = ?"
-                    ),
-                    (state.value, outcome.attempts, outcome.status, result.content_type,
-                     outcome.error, size, True, page_id),
-                )  # fmt: skip
-                self._on_move(page, state, error=outcome.error, size=size)
+                if answered:
+                    columns |= {
+                        "content_type": result.content_type,
+                        "bytes": size,
+                        "downloaded": True,
+                    }
+                self._set_page(cur, page_id, columns)
+                self._on_move(page, state, error=outcome.error, size=size if answered else 0)
                 return
             cur.execute(
                 self._sql(
@@ -796,6 +762,13 @@ class SQLDataManager(DataManager):
             page.truncated, page.error_code = result.truncated, ""
             self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))
 
+    def _set_page(self, cur: Cursor, page_id: PageId, columns: Mapping[str, object]) -> None:
+        """One UPDATE of a page's columns (names written in this module, values as parameters)."""
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        cur.execute(
+            self._sql(f"UPDATE pages SET {assignments} WHERE id = ?"), (*columns.values(), page_id)
+        )
+
     def _queue_for_parsing(self, page: PageData, body: bytes) -> None:
         """A stored download waits in memory for this process's parsers (lock held)."""
         heapq.heappush(self._parse_queue, (page.level, page.id))
@@ -821,32 +794,23 @@ class SQLDataManager(DataManager):
             )
             outcome = decide_redirect(page, target_url, skip, known, loops_back, self.limits)
             if outcome.verdict is RedirectVerdict.SKIP:
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'skipped', owner = '', error_code = ?, "
-                        "redirect_target = ? WHERE id = ?"
-                    ),
-                    (outcome.reason, outcome.chain, page_id),
-                )
+                self._set_page(cur, page_id, {
+                    "state": "skipped", "owner": "", "error_code": outcome.reason,
+                    "redirect_target": outcome.chain,
+                })  # fmt: skip
                 self._on_move(page, PageState.SKIPPED)
             elif outcome.verdict is RedirectVerdict.LOOP:
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'error', owner = '', error_code = ?, "
-                        "redirect_target = ?, redirect_hops = ? WHERE id = ?"
-                    ),
-                    (outcome.reason, outcome.chain, outcome.hops, page_id),
-                )
+                self._set_page(cur, page_id, {
+                    "state": "error", "owner": "", "error_code": outcome.reason,
+                    "redirect_target": outcome.chain, "redirect_hops": outcome.hops,
+                })  # fmt: skip
                 self._on_move(page, PageState.ERROR, error=outcome.reason)
             elif outcome.verdict is RedirectVerdict.ALIAS:
                 # The target is a page of its own already: this URL is an alias of it.
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'done', owner = '', replace_id = ?, "
-                        "error_code = 'redirect', redirect_target = ? WHERE id = ?"
-                    ),
-                    (outcome.alias_of, outcome.chain, page_id),
-                )
+                self._set_page(cur, page_id, {
+                    "state": "done", "owner": "", "replace_id": outcome.alias_of,
+                    "error_code": "redirect", "redirect_target": outcome.chain,
+                })  # fmt: skip
                 self._on_move(page, PageState.DONE, alias=True)
             else:
                 if known is None:
@@ -854,13 +818,11 @@ class SQLDataManager(DataManager):
                         self._sql("INSERT INTO urls (normalized_url, page_id) VALUES (?, ?)"),
                         (target_normalized, page_id),
                     )
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'waiting', owner = '', url = ?, "
-                        "normalized_url = ?, redirect_target = ?, redirect_hops = ? WHERE id = ?"
-                    ),
-                    (target_url, target_normalized, outcome.chain, outcome.hops, page_id),
-                )
+                self._set_page(cur, page_id, {
+                    "state": "waiting", "owner": "", "url": target_url,
+                    "normalized_url": target_normalized, "redirect_target": outcome.chain,
+                    "redirect_hops": outcome.hops,
+                })  # fmt: skip
                 self._on_move(page, PageState.WAITING)
                 self._wake_downloaders += 1
 
@@ -1015,14 +977,10 @@ class SQLDataManager(DataManager):
                 )
 
     def task_rows(
-        self,
-        table: str,
-        *,
-        columns: Sequence[str] | None = None,
-        equals: Mapping[str, Any] | None = None,
-        prefix: tuple[str, str] | None = None,
+        self, table: str, *, columns: Sequence[str] | None = None,
+        equals: Mapping[str, Any] | None = None, prefix: tuple[str, str] | None = None,
         any_of: tuple[str, Sequence[Any]] | None = None,
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[tuple[Any, ...]]:  # fmt: skip
         spec = self._task_table(table)
         names = list(columns) if columns else [name for name, _ in spec.all_columns]
         where, params = self._task_where(spec, equals, prefix)

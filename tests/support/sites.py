@@ -51,6 +51,13 @@ class GeneratedSite(Mapping[str, Resource]):
     paths under ``/x/`` that answer 404. Every page body is distinct.
 
     Combine it with fixed pages (``/robots.txt``) through ``collections.ChainMap``.
+
+    Args:
+        host: the host name the pages are written for (it appears in titles).
+        pages: number of pages; page ``i`` lives at :func:`page_path`.
+        fanout: children per page; page ``i`` is at level :func:`page_level`.
+        seed: changes the text and the pseudo-random links, not the tree.
+        extra_unvisited_links: 404 links added to every page, to grow the frontier.
     """
 
     def __init__(
@@ -109,23 +116,5 @@ class GeneratedSite(Mapping[str, Resource]):
         )
 
 
-def generated_site(
-    host: str,
-    pages: int,
-    *,
-    fanout: int = 10,
-    seed: int = 0,
-    extra_unvisited_links: int = 0,
-) -> GeneratedSite:
-    """A deterministic site of ``pages`` HTML pages reachable breadth-first from ``/``.
-
-    Args:
-        host: the host name the pages are written for (it appears in titles).
-        pages: number of pages; page ``i`` lives at :func:`page_path`.
-        fanout: children per page; page ``i`` is at level :func:`page_level`.
-        seed: changes the text and the pseudo-random links, not the tree.
-        extra_unvisited_links: 404 links added to every page, to grow the frontier.
-    """
-    return GeneratedSite(
-        host, pages, fanout=fanout, seed=seed, extra_unvisited_links=extra_unvisited_links
-    )
+generated_site = GeneratedSite
+"""A deterministic site of ``pages`` HTML pages reachable breadth-first from ``/``."""
