@@ -99,9 +99,19 @@ class CrawlContext:
     finished: bool = False
     """The crawl is over (every site has a stop reason), not just stopped."""
 
+    signalled: str = ""
+    """Why a signal asked the crawl to stop, until the manager acts on it."""
+
+    def note_signal(self, reason: str) -> None:
+        """Ask for a stop from a signal handler. The handler runs on the main thread
+        between two bytecodes, maybe while that thread holds the lock of the very Event
+        :meth:`request_stop` sets (inside ``Event.wait``): taking it there deadlocks. So
+        this takes no lock; the manager's loop turns it into a stop within a tick."""
+        self.signalled = self.signalled or reason
+
     def request_stop(self, reason: str = "stopped") -> None:
-        """Ask the crawl to stop and save its state (signal handlers call only this: it
-        takes no lock)."""
+        """Ask the crawl to stop and save its state (from any thread; a signal handler
+        calls :meth:`note_signal` instead)."""
         if not self.stop_reason:
             self.stop_reason = reason
         self.stopping.set()

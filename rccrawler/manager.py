@@ -309,7 +309,8 @@ class ApplicationManager:
         return threads
 
     def request_stop(self, reason: str = "stopped") -> None:
-        """Ask the crawl to stop and save its state (signal handlers call only this)."""
+        """Ask the crawl to stop and save its state (not from a signal handler: see
+        ``CrawlContext.note_signal``)."""
         self.context.request_stop(reason)
 
     def run(self) -> bool:
@@ -351,6 +352,9 @@ class ApplicationManager:
     def wait_until_done(self) -> None:
         """Ask the finisher every tick; record each site's stop reason as it ends."""
         while not self.stopping.is_set():
+            if self.context.signalled:
+                self.request_stop(self.context.signalled)
+                return
             stats = self.data.statistics()
             for host in stats.hosts:
                 if not host.stop_reason:

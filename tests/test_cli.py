@@ -561,3 +561,30 @@ def test_fresh_is_refused_while_a_postgresql_worker_runs(serve, tmp_path, postgr
         from rccrawler.data.postgres import PostgresDataManager, schema_for
 
         PostgresDataManager.drop(postgresql, schema_for(name))
+
+
+SIGNAL_WHILE_WAITING = """
+import signal, sys
+from pathlib import Path
+from rccrawler.commands.signals import stop_on_signals
+from rccrawler.config import Settings
+from rccrawler.context import CrawlContext
+
+context = CrawlContext(Settings(sites=("a.test",)), None, None, None, Path("stop"))
+with stop_on_signals(context.note_signal):
+    # The main thread inside Event.wait holds the Event's lock; a signal handled there
+    # that set the Event would wait for that lock forever.
+    with context.stopping._cond:
+        signal.raise_signal(signal.SIGINT)
+print("handled:", context.signalled, "stopping:", context.stopping.is_set())
+"""
+
+
+def test_a_signal_while_the_main_thread_waits_on_the_stop_event_cannot_deadlock():
+    """The Ctrl-C handler takes no lock: it only notes the stop, and the manager's loop
+    acts on it. (It once set the Event itself, and hung when SIGINT came while the main
+    thread was inside ``Event.wait`` holding that Event's lock.)"""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_WAITING],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "handled: stopped by SIGINT stopping: False"

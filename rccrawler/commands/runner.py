@@ -59,7 +59,7 @@ def run_manager(
         manager.status = view
     tune_malloc()
     tune_gc()
-    with stop_on_signals(manager.request_stop, view.abort if view is not None else None):
+    with stop_on_signals(manager.context.note_signal, view.abort if view is not None else None):
         try:
             if view is not None:
                 view.start()
