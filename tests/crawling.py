@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,18 @@ from rccrawler.data.base import DataManager
 from rccrawler.data.storage import discard_storage, is_shared, open_storage
 from rccrawler.manager import ApplicationManager, load_settings
 from rccrawler.unloaders import host_file_stem
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass; whether it held.
+    For what gives no event to wait on (another process, the database's lock table)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
 
 CLOCK_SLACK = 0.001
 """Seconds a timed wait may end early by (timeouts are rounded), allowed where a test

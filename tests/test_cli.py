@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from crawling import wait_until
 from support.sites import generated_site
 from webserver import Resource, redirect
 
@@ -58,13 +59,14 @@ def running(*args: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
         proc.communicate(timeout=RUN_TIMEOUT)
 
 
-def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
+def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
     """Wait (bounded) until ``condition()`` holds; fail if the crawl ended first."""
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not condition():
+
+    def held() -> bool:
         assert proc is None or proc.poll() is None, "the crawl ended too soon"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
+        return condition()
+
+    assert wait_until(held, RUN_TIMEOUT, interval=0.02), "timed out"
 
 
 def write_settings(folder: Path, server: Any, **keys: Any) -> Path:
@@ -168,7 +170,7 @@ def test_fresh_is_refused_while_the_crawl_runs_and_changes_nothing(serve, tmp_pa
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 30})
     state = tmp_path / "state"
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        wait_until(lambda: len(server.hits_for("a.test")) >= 10, proc)
+        wait_for(lambda: len(server.hits_for("a.test")) >= 10, proc)
         files = {p.name: p.stat().st_ino for p in state.iterdir()}
         assert {"crawl.sqlite3", "crawl.sqlite3-wal", "lock"} <= set(files)
 
@@ -368,7 +370,7 @@ def test_export_writes_the_files_of_a_running_then_a_stopped_crawl(serve, tmp_pa
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 30})
     nodes = tmp_path / "out" / "a.test.nodes.csv"
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        wait_until(lambda: len(server.hits_for("a.test")) >= 20, proc)
+        wait_for(lambda: len(server.hits_for("a.test")) >= 20, proc)
         export = cli("export", "--config", "settings.yaml", cwd=tmp_path)
         assert export.returncode == 0, export.stderr
         assert "exported the running crawl" in export.stdout
@@ -419,7 +421,7 @@ def test_every_view_of_the_counts_agrees_after_errors_duplicates_and_a_resume(se
     server = serve({"a.test": site})
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 40})
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        wait_until(lambda: len(server.hits_for("a.test")) >= 30, proc)
+        wait_for(lambda: len(server.hits_for("a.test")) >= 30, proc)
         assert cli("stop", "--config", "settings.yaml", cwd=tmp_path).returncode == 0
         out, _err = proc.communicate(timeout=RUN_TIMEOUT)
     assert "stopped: run the same command to resume" in out
@@ -529,7 +531,7 @@ def test_a_second_interrupt_stops_at_once_with_130(serve, tmp_path):
                                "/slow": Resource(b"late", delay=5.0)}})  # fmt: skip
     write_settings(tmp_path, server, crawl={"timeout_s": 30})
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        wait_until(lambda: "/slow" in [hit.path for hit in server.hits_for("a.test")], proc)
+        wait_for(lambda: "/slow" in [hit.path for hit in server.hits_for("a.test")], proc)
         deadline = time.monotonic() + RUN_TIMEOUT
         while proc.poll() is None:  # signals sent at once may merge into one: repeat
             assert time.monotonic() < deadline
@@ -545,7 +547,7 @@ def test_fresh_is_refused_while_a_postgresql_worker_runs(serve, tmp_path, postgr
     write_settings(tmp_path, server, storage=postgresql, name=name, crawl={"crawl_delay_ms": 30})
     try:
         with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-            wait_until(lambda: len(server.hits_for("a.test")) >= 10, proc)
+            wait_for(lambda: len(server.hits_for("a.test")) >= 10, proc)
             refused = cli("--config", "settings.yaml", "--fresh", "-q", cwd=tmp_path)
             assert refused.returncode == 2
             assert len(refused.stderr.strip().splitlines()) == 1

@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from crawling import CrawlResult, CrawlRunner
+from crawling import CrawlResult, CrawlRunner, wait_until
 from support.sites import generated_site
 from webserver import Resource, SiteServer
 
@@ -330,14 +330,14 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
             other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
             writer.start()
             # The worker updates its page's row, then waits for the counters locked here.
-            deadline = time.monotonic() + 30
             waiting = (
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
                 "WHERE %s = ANY(pg_blocking_pids(pid)))"
             )
-            while not (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0]:
-                assert time.monotonic() < deadline, "the worker's write never waited"
-                time.sleep(0.005)
+            assert wait_until(
+                lambda: (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0],
+                timeout=30, interval=0.005,
+            ), "the worker's write never waited"  # fmt: skip
             # This session now waits for the page's row: each waits for the other.
             other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
         writer.join(30)

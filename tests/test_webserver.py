@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
 import pytest
 import urllib3
+from crawling import wait_until
 from support.sites import generated_site, page_level, page_path
 
 from rccrawler.demo.site import BLOG_HOST, DEMO_HOST, EXTERNAL_HOST, demo_facts, demo_sites
@@ -39,15 +40,6 @@ if TYPE_CHECKING:
 serve = pytest.fixture(serve_fixture, name="serve")
 
 HTML_CT = "text/html; charset=utf-8"
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 # -- the server ------------------------------------------------------------------
@@ -83,7 +75,7 @@ def test_peak_in_flight_per_host(serve: Serve) -> None:
         list(pool.map(lambda _: fetch(server, "a.test", "/slow"), range(3)))
     assert server.peak_in_flight["a.test"] == 3
     # The count drops just after the last byte is sent, so the client may be first.
-    assert wait_until(lambda: server.in_flight("a.test") == 0)
+    assert wait_until(lambda: server.in_flight("a.test") == 0, timeout=5)
     server.reset()
     assert server.hits == []
     assert server.peak_in_flight["a.test"] == 0
@@ -195,7 +187,7 @@ def test_endless_body_stops_when_the_client_leaves(serve: Serve) -> None:
         response.close()
     assert time.monotonic() - started < 5
     # The handler thread notices the closed socket and ends, instead of leaking.
-    assert wait_until(lambda: server.in_flight("a.test") == 0)
+    assert wait_until(lambda: server.in_flight("a.test") == 0, timeout=5)
     assert fetch(server, "a.test").data == b"ok"
 
 
@@ -215,7 +207,7 @@ def test_shutdown_is_bounded_with_open_and_sleeping_connections() -> None:
         idle = socket.create_connection(("127.0.0.1", port))
         sleepy = socket.create_connection(("127.0.0.1", port))
         sleepy.sendall(b"GET /sleepy HTTP/1.1\r\nHost: a.test\r\n\r\n")
-        assert wait_until(lambda: server.in_flight("a.test") == 1)
+        assert wait_until(lambda: server.in_flight("a.test") == 1, timeout=5)
         started = time.monotonic()
     try:
         assert time.monotonic() - started < 3
