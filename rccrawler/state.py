@@ -45,10 +45,12 @@ def state_in_use(state_dir: Path) -> bool:
 
 
 def discard_state_files(state_dir: Path) -> None:
-    """Remove the files this module keeps (``--fresh``); the lock file stays, it is held."""
+    """Remove the files this module keeps (``--fresh``, with the state lock held); the
+    lock file stays, it is held. ``cookies.txt.tmp`` is what older versions wrote."""
     for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
         (state_dir / name).unlink(missing_ok=True)
-    for leftover in state_dir.glob(f"{COOKIE_FILE}.*{COOKIE_TMP_SUFFIX}"):  # a killed save's
+    # A killed save's file, by mkstemp's shape (8 random characters): nothing else.
+    for leftover in state_dir.glob(f"{COOKIE_FILE}.{'?' * 8}{COOKIE_TMP_SUFFIX}"):
         leftover.unlink(missing_ok=True)
 
 

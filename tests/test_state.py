@@ -51,7 +51,8 @@ def test_workers_sharing_a_state_dir_save_cookies_without_clobbering(
 
 def test_fresh_removes_a_killed_save_s_temporary_file(tmp_path: Path) -> None:
     (tmp_path / COOKIE_FILE).write_text("#LWP-Cookies-2.0\n")
-    (tmp_path / f"{COOKIE_FILE}.k3x9.tmp").write_text("half")
-    (tmp_path / "mine.txt").write_text("not rccrawler's")
+    (tmp_path / f"{COOKIE_FILE}.k3x9_a0q.tmp").write_text("half")  # mkstemp's shape
+    for name in ("mine.txt", f"{COOKIE_FILE}.backup.tmp"):
+        (tmp_path / name).write_text("not rccrawler's")
     discard_state_files(tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{COOKIE_FILE}.backup.tmp", "mine.txt"]
