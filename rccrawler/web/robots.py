@@ -1,10 +1,11 @@
 """robots.txt rules (RFC 9309): parse a file once per host, then answer "may we fetch this URL?".
 
-The module is pure: it does no I/O and imports nothing else from rccrawler, so the
-fetching code decides *when* to read robots.txt and this module decides *what it means*.
+The module is pure: it does no I/O and imports from rccrawler only the canonical
+percent-escape of the URL rules (``web/urls.py``, pure as well), so the fetching code
+decides *when* to read robots.txt and this module decides *what it means*.
 
-Protego (a declared dependency) is deliberately not used for parsing or matching. Its
-behaviour differs from RFC 9309 where this crawler must be exact:
+Protego is deliberately not used for parsing or matching. Its behaviour differs from
+RFC 9309 where this crawler must be exact:
 
 * group selection: a group for ``rc`` also applies to ``rccrawler`` (it matches a token
   prefix), and ``User-agent: *bot`` is read as ``bot``;
@@ -30,6 +31,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from rccrawler.web.urls import canonical_escape
+
 __all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "product_token"]
 
 MAX_ROBOTS_BYTES = 500 * 1024
@@ -54,12 +57,11 @@ _MATCH_ALL = re.compile(r"\**/?\**")
 # Both parts are optional: removing the match leaves the path and query.
 _SCHEME_AND_AUTHORITY = re.compile(r"\A(?:[A-Za-z][A-Za-z0-9+.\-]*:)?(?://[^/?]*)?")
 
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # Unreserved + reserved (RFC 3986 §2.2): text made only of these, with no "%", is already
 # in normal form, which is the common case and skips the substitution below.
 _NORMAL = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]*")
 # A percent-escape, or one character that must be escaped (a stray "%" included).
-_TO_NORMALIZE = re.compile(r"%([0-9A-Fa-f]{2})|[^A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]")
+_TO_NORMALIZE = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]")
 
 
 def cut_robots_body(body: bytes) -> bytes:
@@ -86,19 +88,10 @@ def product_token(user_agent: str) -> str:
     return match.group() if match else ""
 
 
-def _escape_match(match: re.Match[str]) -> str:
-    hex_digits = match.group(1)
-    if hex_digits is not None:
-        char = chr(int(hex_digits, 16))
-        return char if char in _UNRESERVED else f"%{hex_digits.upper()}"
-    raw = match.group().encode("utf-8", "surrogatepass")
-    return "".join(f"%{octet:02X}" for octet in raw)
-
-
 def _normalize(text: str) -> str:
     """Put percent-encoding in the one form both patterns and URLs are compared in."""
     if not _NORMAL.fullmatch(text):
-        text = _TO_NORMALIZE.sub(_escape_match, text)
+        text = _TO_NORMALIZE.sub(canonical_escape, text)
     path, question, query = text.partition("?")
     if question and _QUERY_DELIMS.search(query):
         # In a query, ":" "/" "?" "@" are data, and a URL may carry them raw or escaped

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 __all__ = [
     "NormalizeOptions",
+    "canonical_escape",
     "host_of",
     "link_scope",
     "named_authorities",
@@ -302,7 +303,7 @@ def _normalize(url: str, add_trailing_slash: bool, ip_to_domain: bool) -> str | 
         host = _domain_of_ip(host)
 
     if path:
-        path = _PATH_FIX.sub(_canonical_escape, path)
+        path = _PATH_FIX.sub(canonical_escape, path)
         if "//" in path:
             path = _SLASHES.sub("/", path)
         # After decoding, so that "%2E%2E" is a dot segment too (RFC 3986 §6.2.2 order).
@@ -319,7 +320,7 @@ def _normalize(url: str, add_trailing_slash: bool, ip_to_domain: bool) -> str | 
 
 def _normalize_query(query: str) -> str:
     """Sort the parameters by key, then value; drop those without a value (``a``, ``a=``)."""
-    query = _QUERY_FIX.sub(_canonical_escape, query)
+    query = _QUERY_FIX.sub(canonical_escape, query)
     params = []
     for param in query.split("&"):
         key, _, value = param.partition("=")
@@ -329,8 +330,9 @@ def _normalize_query(query: str) -> str:
     return "&".join([f"{key}={value}" for key, value in params])
 
 
-def _canonical_escape(match: re.Match[str]) -> str:
-    """Decode an escape of an unreserved character, uppercase others, encode a bad char."""
+def canonical_escape(match: re.Match[str]) -> str:
+    """Decode an escape of an unreserved character, uppercase others, encode a bad char
+    (RFC 3986 §6.2.2): the one form URLs and robots.txt patterns are compared in."""
     text = match.group()
     if len(text) == 3:
         char = chr(int(text[1:], 16))
