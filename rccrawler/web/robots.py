@@ -31,7 +31,13 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from rccrawler.web.urls import canonical_escape
+from rccrawler.web.urls import (
+    SCHEME,
+    SUB_DELIMS_CLASS,
+    UNRESERVED_CLASS,
+    canonical_escape,
+    escape_pattern,
+)
 
 __all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "product_token"]
 
@@ -43,11 +49,15 @@ _DECISION_CACHE_SIZE = 4_096
 
 # Directive names, lower-cased. Besides the RFC names we accept the misspellings that
 # Google's parser accepts: obeying a typo is the polite reading of a site's intent.
-_USER_AGENT_KEYS = frozenset({"user-agent", "useragent", "user agent"})
-_ALLOW_KEYS = frozenset({"allow"})
-_DISALLOW_KEYS = frozenset({"disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw"})
-_CRAWL_DELAY_KEYS = frozenset({"crawl-delay", "crawl delay"})
-_SITEMAP_KEYS = frozenset({"sitemap", "site-map"})
+_SPELLINGS = {
+    "user-agent": ("user-agent", "useragent", "user agent"),
+    "allow": ("allow",),
+    "disallow": ("disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw"),
+    "crawl-delay": ("crawl-delay", "crawl delay"),
+    "sitemap": ("sitemap", "site-map"),
+}
+_DIRECTIVE = {spelling: name for name, spellings in _SPELLINGS.items() for spelling in spellings}
+"""Each accepted spelling of a directive → its RFC name."""
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
@@ -55,13 +65,13 @@ _GLOBAL_AGENT = re.compile(r"\*(?:\s|$)")
 _DELAY = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)")
 _MATCH_ALL = re.compile(r"\**/?\**")
 # Both parts are optional: removing the match leaves the path and query.
-_SCHEME_AND_AUTHORITY = re.compile(r"\A(?:[A-Za-z][A-Za-z0-9+.\-]*:)?(?://[^/?]*)?")
+_SCHEME_AND_AUTHORITY = re.compile(rf"\A(?:{SCHEME}:)?(?://[^/?]*)?")
 
 # Unreserved + reserved (RFC 3986 §2.2): text made only of these, with no "%", is already
 # in normal form, which is the common case and skips the substitution below.
-_NORMAL = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]*")
-# A percent-escape, or one character that must be escaped (a stray "%" included).
-_TO_NORMALIZE = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]")
+_URI_CHARACTERS = UNRESERVED_CLASS + SUB_DELIMS_CLASS + r":/?#\[\]@"
+_NORMAL = re.compile(f"[{_URI_CHARACTERS}]*")
+_TO_NORMALIZE = escape_pattern(_URI_CHARACTERS)
 
 
 def cut_robots_body(body: bytes) -> bytes:
@@ -222,7 +232,8 @@ def _read_groups(text: str) -> tuple[list[_Group], list[str]]:
         if split is None:
             continue
         key, value = split
-        if key in _USER_AGENT_KEYS:
+        directive = _DIRECTIVE.get(key)
+        if directive == "user-agent":
             if current is None or in_body:
                 current = _Group(agents=set(), rules=[], delays=[])
                 groups.append(current)
@@ -231,20 +242,20 @@ def _read_groups(text: str) -> tuple[list[_Group], list[str]]:
                 current.agents.add("*")
             elif token := product_token(value):
                 current.agents.add(token.lower())
-        elif key in _ALLOW_KEYS or key in _DISALLOW_KEYS:
+        elif directive in ("allow", "disallow"):
             if current is None:
                 continue  # a rule before any user-agent line belongs to no group
             in_body = True
             if value:  # an empty pattern matches nothing (RFC 9309 §2.2.2)
-                current.rules.append((key in _ALLOW_KEYS, value))
-        elif key in _CRAWL_DELAY_KEYS:
+                current.rules.append((directive == "allow", value))
+        elif directive == "crawl-delay":
             if current is None:
                 continue
             in_body = True
             delay = _parse_delay(value)
             if delay is not None:
                 current.delays.append(delay)
-        elif key in _SITEMAP_KEYS and value and value not in sitemaps:
+        elif directive == "sitemap" and value and value not in sitemaps:
             # Sitemaps are not group members (RFC 9309 §2.2.4), so grouping is untouched.
             sitemaps.append(value)
     return groups, sitemaps

@@ -11,8 +11,12 @@ from functools import lru_cache
 from urllib.parse import unquote
 
 __all__ = [
+    "SCHEME",
+    "SUB_DELIMS_CLASS",
+    "UNRESERVED_CLASS",
     "NormalizeOptions",
     "canonical_escape",
+    "escape_pattern",
     "host_of",
     "link_scope",
     "named_authorities",
@@ -31,8 +35,10 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 # RFC 3986 Appendix B, except that the scheme must be ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )
 # (§3.1): "a b:c" or "1:x" are then relative paths, as browsers read them. It matches any string.
+SCHEME = r"[A-Za-z][A-Za-z0-9+.\-]*"
+"""RFC 3986 §3.1 scheme syntax, as a regex."""
 _URI = re.compile(
-    r"(?:([A-Za-z][A-Za-z0-9+.\-]*):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?",
+    rf"(?:({SCHEME}):)?(?://([^/?#]*))?([^?#]*)(?:\?([^#]*))?(?:#(.*))?",
     re.DOTALL,
 )
 # WHATWG URL: strip leading/trailing C0 controls and spaces, drop tabs and newlines anywhere.
@@ -40,18 +46,28 @@ _C0_AND_SPACE = "".join(map(chr, range(0x21)))
 _TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-# A percent-escape, or one character that RFC 3986 does not allow raw in that component
-# (§3.3 pchar and "/", §3.4 adds "?"); a stray "%" is such a character.
-_PATH_FIX = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/]")
-_QUERY_FIX = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:@/?]")
-_USERINFO_FIX = re.compile(r"%[0-9A-Fa-f]{2}|[^A-Za-z0-9\-._~!$&'()*+,;=:]")
+UNRESERVED_CLASS = r"A-Za-z0-9\-._~"
+"""RFC 3986 §2.3 unreserved characters, as the inside of a regex character class."""
+SUB_DELIMS_CLASS = r"!$&'()*+,;="
+"""RFC 3986 §2.2 sub-delims, as the inside of a regex character class."""
+
+
+def escape_pattern(allowed: str) -> re.Pattern[str]:
+    """A percent-escape, or one character outside ``allowed`` (the inside of a character
+    class): what a component's normalization rewrites. A stray "%" is such a character."""
+    return re.compile(rf"%[0-9A-Fa-f]{{2}}|[^{allowed}]")
+
+
+# What RFC 3986 allows raw in each component: §3.3 pchar and "/", §3.4 adds "?".
+_PATH_FIX = escape_pattern(UNRESERVED_CLASS + SUB_DELIMS_CLASS + ":@/")
+_QUERY_FIX = escape_pattern(UNRESERVED_CLASS + SUB_DELIMS_CLASS + ":@/?")
+_USERINFO_FIX = escape_pattern(UNRESERVED_CLASS + SUB_DELIMS_CLASS + ":")
 _SLASHES = re.compile(r"//+")
 _DOT_SEGMENT = re.compile(r"(?:^|/)\.\.?(?:/|$)")
 _REG_NAME = re.compile(r"[a-z0-9_\-]+(?:\.[a-z0-9_\-]+)*")
 _IPV4 = re.compile(r"[0-9]+(?:\.[0-9]+){3}")
-_PORT = re.compile(r"[0-9]*")
 # "mailto:x" has a scheme; "localhost:8080" or "a.test:8080/x" is a bare host with a port.
-_SITE_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:(?![0-9]*(?:[/?#]|$))")
+_SITE_SCHEME = re.compile(rf"{SCHEME}:(?![0-9]*(?:[/?#]|$))")
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +390,7 @@ def _split_authority(scheme: str, authority: str) -> tuple[str, str] | None:
             return None
         host = normal
     if port:
-        if not _PORT.fullmatch(port) or int(port) > 65_535:
+        if not (port.isascii() and port.isdigit()) or int(port) > 65_535:
             return None
         port = str(int(port))  # "080" -> "80"
         if port == _DEFAULT_PORTS.get(scheme):
