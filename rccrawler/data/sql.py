@@ -20,7 +20,17 @@ import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, ClassVar, Concatenate, ParamSpec, Protocol, TypedDict, TypeVar, Unpack
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Concatenate,
+    ParamSpec,
+    Protocol,
+    TypedDict,
+    TypeVar,
+    Unpack,
+)
 
 from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
 from rccrawler.data.tables import TaskTable, check_rows
@@ -38,8 +48,6 @@ from rccrawler.policy import (
     unique_links,
 )
 from rccrawler.records import (
-    DownloadResult,
-    FoundLink,
     HostData,
     PageArc,
     PageData,
@@ -49,6 +57,9 @@ from rccrawler.records import (
     SkippedLink,
     SkipReason,
 )
+
+if TYPE_CHECKING:
+    from rccrawler.records import DownloadResult, FoundLink
 
 logger = logging.getLogger(__name__)
 
