@@ -21,54 +21,82 @@ from rccrawler.web.urls import NormalizeOptions
 DEFAULT_USER_AGENT = "rccrawler/0.1 (+https://github.com/rccrawler/rccrawler)"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CrawlSettings:
     """The ``crawl:`` section (SPEC §4)."""
 
+    # What is crawled (SPEC §5.3, §6)
     max_depth: int = 10
+    """Links followed from a start page at most (its level is 0)."""
     max_pages: int = 0
-    crawl_delay_ms: int = 1000
-    max_downloads_at_time: int = 2
-    timeout_s: float = 30.0
-    max_body_bytes: int = 10_000_000
-    max_download_attempts: int = 3
-    obey_robots: bool = True
-    user_agent: str = DEFAULT_USER_AGENT
-    from_: str = ""
-    proxy: str | None = None
-    cookies: bool = True
+    """Pages per site at most (0: no limit); links beyond it are skipped."""
     include: tuple[str, ...] = ()
+    """If any, a URL must contain one of these to be crawled (reason ``include``)."""
     exclude: tuple[str, ...] = ()
     """A URL containing one of these is not crawled (reason ``exclude``)."""
     include_regex: tuple[str, ...] = ()
     """Python regular expressions; if any, a URL must match one (``re.search``)."""
     exclude_regex: tuple[str, ...] = ()
     """A URL matching one of these (``re.search``) is not crawled (reason ``exclude``)."""
+    max_url_length: int = 2048
+    """A found URL longer than this is not crawled (reason ``too_long``): it ends traps that
+    grow a path or a query string with every page."""
+    max_query_variants: int = 1000
+    """Distinct query strings crawled per host and path; more are skipped (``too_many_queries``)."""
+    add_trailing_slash: bool = False
+    """SPEC §6: ``/dir`` and ``/dir/`` are one page (off: they can differ)."""
+    ip_to_domain: bool = False
+    """SPEC §6: a link to a host's IP address counts as the host (off by default)."""
+
+    # Politeness (SPEC §5.8)
+    crawl_delay_ms: int = 1000
+    """Milliseconds between two requests to a host, unless robots.txt asks for more."""
+    max_crawl_delay_ms: int = 60_000
+    """A robots.txt Crawl-delay above this is capped to it, with a warning (SPEC §5.8)."""
+    max_downloads_at_time: int = 2
+    """Requests in flight to one host at most."""
+    obey_robots: bool = True
+    """Read each host's robots.txt and obey its rules for our user agent."""
+    auto_throttle: bool = False
+    """Stretch a host's crawl delay when it answers slowly."""
+    user_agent: str = DEFAULT_USER_AGENT
+    """The User-Agent header; its product token picks the robots.txt group (RFC 9309)."""
+    from_: str = ""
+    """The ``From`` header (an operator's e-mail address), when set."""
+
+    # Requests (SPEC §5.2, §5.5)
+    timeout_s: float = 30.0
+    """Seconds to connect, and between two reads of an answer."""
+    max_download_attempts: int = 3
+    """Tries of one page before a timeout or 5xx is final."""
+    max_redirects: int = 10
+    """Redirects followed in a chain; a longer chain ends in ``redirect_loop``."""
+    proxy: str | None = None
+    """An HTTP proxy URL that every request goes through."""
     headers: Mapping[str, str] = field(default_factory=dict)
     """Extra request headers (never Host; no control characters)."""
+    cookies: bool = True
+    """Keep cookies per host, saved with the state."""
+    resolve: Mapping[str, str] = field(default_factory=dict)
+    """host -> address to connect to instead of asking DNS (like curl's ``--resolve``)."""
+    verify_tls: bool = True
+    """Check TLS certificates against the system's authorities."""
+
+    # What one page may take (hostile sites)
+    max_body_bytes: int = 10_000_000
+    """Bytes of one body kept; a longer body is cut and the page truncated."""
+    max_links_per_page: int = 10_000
+    """Links kept from one page (document order); the rest are cut and the page is truncated."""
+    max_html_depth: int = 512
+    """Element nesting kept by the link parser; deeper markup is cut and the page truncated."""
+
+    # Sitemaps
     sitemaps: bool = True
     """Read robots.txt ``Sitemap:`` lines and ``/sitemap.xml`` for level-1 URLs."""
     max_sitemap_files: int = 50
     """Sitemap files (index files included) fetched per site."""
     max_sitemap_urls: int = 50_000
     """URLs taken from a site's sitemaps; the rest are ignored with a warning."""
-    resolve: Mapping[str, str] = field(default_factory=dict)
-    verify_tls: bool = True
-    auto_throttle: bool = False
-    max_redirects: int = 10
-    add_trailing_slash: bool = False
-    ip_to_domain: bool = False
-    max_crawl_delay_ms: int = 60_000
-    """A robots.txt Crawl-delay above this is capped to it, with a warning (SPEC §5.8)."""
-    max_links_per_page: int = 10_000
-    """Links kept from one page (document order); the rest are cut and the page is truncated."""
-    max_html_depth: int = 512
-    """Element nesting kept by the link parser; deeper markup is cut and the page truncated."""
-    max_url_length: int = 2048
-    """A found URL longer than this is not crawled (reason ``too_long``): it ends traps that
-    grow a path or a query string with every page."""
-    max_query_variants: int = 1000
-    """Distinct query strings crawled per host and path; more are skipped (``too_many_queries``)."""
 
     @property
     def scope(self) -> ScopeRules:
@@ -94,18 +122,28 @@ class Settings:
 
     sites: tuple[str, ...]
     manager: str = "plugins.webgraph.WebGraphManager"
+    """The task: an ApplicationManager subclass by dotted path."""
     state_dir: Path = Path("state/default")
     output_dir: Path = Path("output/default")
     downloading_threads: int = 8
+    """DownloadingThreads (fetching is I/O bound: several per core)."""
     parsing_threads: int = 2
+    """ParsingThreads."""
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
+    """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
     parser: str = "lexbor"
+    """The HTML parser of links and text (:data:`rccrawler.web.html.PARSERS`)."""
     downloading_thread: str | None = None
+    """A DownloadingThread subclass by dotted path, instead of the task's."""
     parsing_thread: str | None = None
+    """A ParsingThread subclass by dotted path, instead of the task's."""
     routine_thread: str | None = None
+    """A RoutineThread subclass by dotted path, instead of the task's."""
     finisher: str | None = None
+    """An ApplicationFinisher subclass by dotted path, instead of the task's."""
     unloaders: tuple[str, ...] | None = None
+    """ResultUnloader classes by dotted path, instead of the task's."""
     sections: Mapping[str, Any] = field(default_factory=dict)
     """Extra top-level sections that the manager class declares (e.g. ``search:``)."""
     source: Path | None = None
