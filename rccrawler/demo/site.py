@@ -11,6 +11,9 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
+from importlib import resources
+
+import yaml
 
 from rccrawler.demo.server import TEXT, Resource, redirect
 
@@ -149,45 +152,13 @@ def anchor(href: str, text: str) -> str:
 
 # -- the demo site -----------------------------------------------------------------
 
-_SECTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
-    # slug, title, topics, topic words (used in titles, keywords and text)
-    (
-        "getting-started",
-        "Getting started",
-        ("installing", "first-crawl", "requirements", "upgrading"),
-        ("package", "environment", "install", "python", "version", "download", "tutorial"),
-    ),
-    (
-        "configuration",
-        "Configuration",
-        ("settings-file", "threads", "politeness", "proxies"),
-        ("yaml", "option", "key", "default", "delay", "agent", "proxy", "cookie"),
-    ),
-    (
-        "crawling",
-        "Crawling",
-        ("links", "robots", "redirects", "duplicates"),
-        ("frontier", "level", "depth", "redirect", "duplicate", "hash", "anchor", "sitemap"),
-    ),
-    (
-        "storage",
-        "Storage",
-        ("sqlite", "postgresql", "checkpoints", "resuming"),
-        ("database", "transaction", "lock", "journal", "snapshot", "column", "row"),
-    ),
-    (
-        "search",
-        "Search",
-        ("indexing", "queries", "ranking", "stemming"),
-        ("stem", "phrase", "wildcard", "synonym", "stopword", "weight", "relevance"),
-    ),
-    (
-        "deployment",
-        "Deployment",
-        ("machines", "monitoring", "logging", "scaling"),
-        ("cluster", "metric", "dashboard", "alert", "container", "service", "uptime"),
-    ),
+_SECTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = tuple(
+    (entry["slug"], entry["title"], tuple(entry["topics"]), tuple(entry["words"]))
+    for entry in yaml.safe_load(
+        resources.files(__package__).joinpath("sections.yaml").read_text(encoding="utf-8")
+    )
 )
+"""(slug, title, topics, topic words) of each section, from ``sections.yaml``."""
 _ARTICLE_VERBS = ("Using", "Tuning", "Testing", "Understanding", "Debugging", "Planning")
 _ARTICLES_PER_TOPIC = 6
 
