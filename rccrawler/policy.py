@@ -197,6 +197,21 @@ def decide_download(
 
 
 # -- redirects ---------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedirectOutcome:
+    """The decision about one redirect: what becomes of the page, and the chain so far."""
+
+    verdict: RedirectVerdict
+    chain: str
+    """Every URL of the chain so far, one a line (kept as ``redirect_target``)."""
+    hops: int
+    """Redirects the page has followed after this decision (``crawl.max_redirects``)."""
+    reason: str = ""
+    """The skip reason (``SKIP``) or error (``LOOP``) stored for the page."""
+    alias_of: PageId | None = None
+    """For an ``ALIAS``: the page the target URL already is."""
+
+
 class RedirectVerdict(StrEnum):
     """What a 3xx means for its page (SPEC §5.5)."""
 
@@ -208,16 +223,6 @@ class RedirectVerdict(StrEnum):
     """The target is a page already: this URL is an alias of it (done, not a node)."""
     MOVE = "move"
     """The page becomes the target URL and waits to be fetched there."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RedirectOutcome:
-    verdict: RedirectVerdict
-    chain: str
-    """Every URL of the chain so far, one a line (kept as ``redirect_target``)."""
-    hops: int
-    reason: str = ""
-    alias_of: PageId | None = None
 
 
 def redirect_chain(page: PageData) -> list[str]:
