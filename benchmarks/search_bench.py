@@ -54,71 +54,14 @@ from rccrawler.manager import load_settings
 
 KINDS = ("single word", "several words", "phrase", "Boolean", "wildcard")
 
-# (kind, query, right pages): judged by hand, before measuring, from what each page is about.
 JUDGED: list[tuple[str, str, tuple[str, ...]]] = [
-    ("single word", "json", ("library/json.html",)),
-    ("single word", "pickle", ("library/pickle.html",)),
-    ("single word", "argparse", ("library/argparse.html", "howto/argparse.html")),
-    ("single word", "asyncio", ("library/asyncio.html",)),
-    ("single word", "dataclasses", ("library/dataclasses.html",)),
-    ("single word", "unittest", ("library/unittest.html",)),
-    ("single word", "logging", ("library/logging.html", "howto/logging.html")),
-    ("single word", "tkinter", ("library/tkinter.html",)),
-    ("single word", "datetime", ("library/datetime.html",)),
-    ("single word", "sockets", ("library/socket.html", "howto/sockets.html")),
-    ("several words", "regular expression syntax", ("library/re.html", "howto/regex.html")),
-    ("several words", "read csv file", ("library/csv.html",)),
-    ("several words", "virtual environment", ("library/venv.html", "tutorial/venv.html")),
-    ("several words", "random number generator", ("library/random.html",)),
-    ("several words", "thread pool executor", ("library/concurrent.futures.html",)),
-    ("several words", "temporary file directory", ("library/tempfile.html",)),
-    ("several words", "sorting how to", ("howto/sorting.html",)),
-    ("several words", "secure hash digest", ("library/hashlib.html",)),
-    ("several words", "copy directory tree", ("library/shutil.html",)),
-    ("several words", "gzip compression", ("library/gzip.html",)),
-    (
-        "phrase",
-        '"list comprehensions"',
-        ("tutorial/datastructures.html", "howto/functional.html", "glossary.html"),
-    ),
-    (
-        "phrase",
-        '"context manager"',
-        (
-            "library/contextlib.html",
-            "reference/datamodel.html",
-            "glossary.html",
-            "library/stdtypes.html",
-        ),
-    ),
-    ("phrase", '"named tuple"', ("library/collections.html", "glossary.html")),
-    ("phrase", '"global interpreter lock"', ("glossary.html", "c-api/init.html")),
-    (
-        "phrase",
-        '"abstract base classes"',
-        ("library/abc.html", "library/collections.abc.html", "glossary.html"),
-    ),
-    ("phrase", '"unit testing framework"', ("library/unittest.html",)),
-    ("phrase", '"regular expression"', ("library/re.html", "howto/regex.html")),
-    ("phrase", '"keyword arguments"', ("tutorial/controlflow.html", "glossary.html")),
-    ("phrase", '"lambda expressions"', ("tutorial/controlflow.html", "reference/expressions.html")),
-    ("Boolean", "json OR pickle", ("library/json.html", "library/pickle.html")),
-    ("Boolean", "sqlite AND cursor", ("library/sqlite3.html",)),
-    ("Boolean", "(gzip OR bz2) AND compression", ("library/gzip.html", "library/bz2.html")),
-    ("Boolean", "heapq OR bisect", ("library/heapq.html", "library/bisect.html")),
-    ("Boolean", "tarfile OR zipfile", ("library/tarfile.html", "library/zipfile.html")),
-    ("Boolean", "email AND mime", ("library/email.mime.html",)),
-    ("Boolean", "heap NOT pickle", ("library/heapq.html",)),
-    ("Boolean", "timeit NOT pickle", ("library/timeit.html",)),
-    ("wildcard", "asynci*", ("library/asyncio.html",)),
-    ("wildcard", "pickl*", ("library/pickle.html",)),
-    ("wildcard", "tempfil*", ("library/tempfile.html",)),
-    ("wildcard", "dataclass*", ("library/dataclasses.html",)),
-    ("wildcard", "itertool*", ("library/itertools.html",)),
-    ("wildcard", "subproc*", ("library/subprocess.html",)),
-    ("wildcard", "functool*", ("library/functools.html",)),
-    ("wildcard", "unicodedat*", ("library/unicodedata.html",)),
+    (kind, query, tuple(right))
+    for kind, queries in yaml.safe_load(
+        (Path(__file__).parent / "judged_queries.yaml").read_text(encoding="utf-8")
+    ).items()
+    for query, right in queries.items()
 ]
+"""(kind, query, right pages), from ``judged_queries.yaml`` (judged by hand, before measuring)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
