@@ -342,24 +342,24 @@ def test_dot_segments_match_the_rfc_algorithm() -> None:
 # --- request_url --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("http://a.test/x?b=2&a=1", "http://a.test/x?b=2&a=1"),  # order kept
-        ("http://a.test/x?b=2&a=1#frag", "http://a.test/x?b=2&a=1"),  # fragment dropped
-        ("http://a.test/a b?q=c d", "http://a.test/a%20b?q=c%20d"),  # space encoded
-        ("http://a.test/ü?é", "http://a.test/%C3%BC?%C3%A9"),
-        ("http://a.test/%7euser/%2f", "http://a.test/%7euser/%2f"),  # escapes as found
-        ("http://a.test/100%", "http://a.test/100%25"),  # stray "%"
-        ("http://a.test/a?x[]=1|2", "http://a.test/a?x%5B%5D=1%7C2"),
-        ("HTTP://A.Test:80/./a//b/../c?a&b=", "HTTP://A.Test:80/./a//b/../c?a&b="),
-        ("http://a.test/?", "http://a.test/?"),
-        ("http://a.test", "http://a.test"),
-        ("http://Bücher.example:8080/x", "http://xn--bcher-kva.example:8080/x"),
-        ("http://us er@a.test/", "http://us%20er@a.test/"),
-        (" http://a.test/\tx\n", "http://a.test/x"),
-    ],
-)
+REQUEST_URLS = {
+    "http://a.test/x?b=2&a=1": "http://a.test/x?b=2&a=1",  # order kept
+    "http://a.test/x?b=2&a=1#frag": "http://a.test/x?b=2&a=1",  # fragment dropped
+    "http://a.test/a b?q=c d": "http://a.test/a%20b?q=c%20d",  # space encoded
+    "http://a.test/ü?é": "http://a.test/%C3%BC?%C3%A9",
+    "http://a.test/%7euser/%2f": "http://a.test/%7euser/%2f",  # escapes as found
+    "http://a.test/100%": "http://a.test/100%25",  # stray "%"
+    "http://a.test/a?x[]=1|2": "http://a.test/a?x%5B%5D=1%7C2",
+    "HTTP://A.Test:80/./a//b/../c?a&b=": "HTTP://A.Test:80/./a//b/../c?a&b=",
+    "http://a.test/?": "http://a.test/?",
+    "http://a.test": "http://a.test",
+    "http://Bücher.example:8080/x": "http://xn--bcher-kva.example:8080/x",
+    "http://us er@a.test/": "http://us%20er@a.test/",
+    " http://a.test/\tx\n": "http://a.test/x",
+}
+
+
+@pytest.mark.parametrize(("url", "expected"), REQUEST_URLS.items())
 def test_request_url(url: str, expected: str) -> None:
     assert request_url(url) == expected
 
@@ -377,22 +377,23 @@ def test_request_url_rejects_a_bad_idn_host() -> None:
 # --- site_start_url -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("site", "expected"),
-    [
-        ("example.org", "http://example.org/"),
-        ("example.org:8080", "http://example.org:8080/"),
-        ("docs.example.org/guide/", "http://docs.example.org/guide/"),
-        ("localhost:8080/x", "http://localhost:8080/x"),
-        ("  a.test  ", "http://a.test/"),
-        ("https://example.org/", "https://example.org/"),
-        ("https://example.org", "https://example.org/"),
-        ("HTTP://a.test/start?x=1#top", "http://a.test/start?x=1"),
-        ("http://a.test:8080/docs/", "http://a.test:8080/docs/"),
-        ("Bücher.example", "http://xn--bcher-kva.example/"),
-        ("127.0.0.1:8000", "http://127.0.0.1:8000/"),
-    ],
-)
+SITE_START_URLS = {
+    # a sites: entry → the start URL it stands for
+    "example.org": "http://example.org/",
+    "example.org:8080": "http://example.org:8080/",
+    "docs.example.org/guide/": "http://docs.example.org/guide/",
+    "localhost:8080/x": "http://localhost:8080/x",
+    "  a.test  ": "http://a.test/",
+    "https://example.org/": "https://example.org/",
+    "https://example.org": "https://example.org/",
+    "HTTP://a.test/start?x=1#top": "http://a.test/start?x=1",
+    "http://a.test:8080/docs/": "http://a.test:8080/docs/",
+    "Bücher.example": "http://xn--bcher-kva.example/",
+    "127.0.0.1:8000": "http://127.0.0.1:8000/",
+}
+
+
+@pytest.mark.parametrize(("site", "expected"), SITE_START_URLS.items())
 def test_site_start_url(site: str, expected: str) -> None:
     assert site_start_url(site) == expected
 
@@ -424,20 +425,20 @@ def test_site_start_url_rejects(site: str, message: str) -> None:
 # --- host_of ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("http://A.Test/x", "a.test"),
-        ("http://a.test:80/", "a.test"),
-        ("https://a.test:443/", "a.test"),
-        ("https://a.test:80/", "a.test:80"),
-        ("http://a.test:8080/", "a.test:8080"),
-        ("http://user:pw@a.test./", "a.test"),
-        ("http://Bücher.example/", "xn--bcher-kva.example"),
-        ("http://[::1]:8080/", "[::1]:8080"),
-        ("http://127.0.0.1/", "127.0.0.1"),
-    ],
-)
+HOSTS = {
+    "http://A.Test/x": "a.test",
+    "http://a.test:80/": "a.test",
+    "https://a.test:443/": "a.test",
+    "https://a.test:80/": "a.test:80",
+    "http://a.test:8080/": "a.test:8080",
+    "http://user:pw@a.test./": "a.test",
+    "http://Bücher.example/": "xn--bcher-kva.example",
+    "http://[::1]:8080/": "[::1]:8080",
+    "http://127.0.0.1/": "127.0.0.1",
+}
+
+
+@pytest.mark.parametrize(("url", "expected"), HOSTS.items())
 def test_host_of(url: str, expected: str) -> None:
     assert host_of(url) == expected
 
