@@ -13,7 +13,7 @@ import re
 
 import webencodings
 
-__all__ = ["decode_html", "detect_encoding"]
+__all__ = ["decode_html", "detect_encoding", "html_utf8"]
 
 _OVERRIDES: dict[str, str | None] = {
     # Browsers decode GBK (and so gb2312) with the GB18030 decoder, and Python's gbk
@@ -134,5 +134,19 @@ def detect_encoding(body: bytes, content_type: str | None) -> str:
 
 def decode_html(body: bytes, content_type: str | None) -> str:
     """The body as text: decoded with :func:`detect_encoding`, bad bytes replaced, BOM removed."""
-    text = body.decode(detect_encoding(body, content_type), errors="replace")
+    return _decoded(body, detect_encoding(body, content_type))
+
+
+def _decoded(body: bytes, codec: str) -> str:
+    text = body.decode(codec, errors="replace")
     return text[1:] if text.startswith("\ufeff") else text
+
+
+def html_utf8(body: bytes, content_type: str | None) -> bytes:
+    """The body as UTF-8, what lexbor reads, BOM removed: a UTF-8 body as it came (no
+    decoding at all: lexbor replaces a bad byte with U+FFFD as ``errors="replace"``
+    does), any other charset decoded with :func:`detect_encoding` and encoded again."""
+    codec = detect_encoding(body, content_type)
+    if codec == "utf-8":
+        return body[3:] if body.startswith(codecs.BOM_UTF8) else body
+    return _decoded(body, codec).encode("utf-8", "replace")

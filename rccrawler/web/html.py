@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from selectolax.lexbor import LexborHTMLParser
 
-from rccrawler.web.encoding import decode_html
+from rccrawler.web.encoding import html_utf8
 from rccrawler.web.urls import resolve_link
 
 if TYPE_CHECKING:
@@ -177,92 +177,92 @@ ANCHORS_PER_LINK = 4
 """Markup is parsed up to ``ANCHORS_PER_LINK × max_links`` ``<a`` tags: room for the
 repeats of navigation links, while a page of a million links is never built as a
 tree (about 500 bytes of memory per element)."""
-_ANCHOR = re.compile(r"<[aA][\s/>]")
-_HREF = re.compile(r"""\shref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
+_ANCHOR = re.compile(rb"<[aA][\s/>]")
+_HREF = re.compile(rb"""\shref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
 
 
-def _limit_anchors(text: str, max_links: int) -> tuple[str, str]:
-    """Cut ``text`` before its ``ANCHORS_PER_LINK × max_links + 1``-th ``<a`` tag.
+def _limit_anchors(data: bytes, max_links: int) -> tuple[bytes, str]:
+    """Cut the markup (UTF-8) before its ``ANCHORS_PER_LINK × max_links + 1``-th ``<a`` tag.
 
     Returns:
-        The text to parse, and the href of the first ``<a`` cut off ("" when none was).
+        The markup to parse, and the href of the first ``<a`` cut off ("" when none was).
     """
     limit = ANCHORS_PER_LINK * max_links
-    if text.count("<") <= limit or text.count("<a") + text.count("<A") <= limit:
-        return text, ""
-    found = next(itertools.islice(_ANCHOR.finditer(text), limit, None), None)
+    if data.count(b"<") <= limit or data.count(b"<a") + data.count(b"<A") <= limit:
+        return data, ""
+    found = next(itertools.islice(_ANCHOR.finditer(data), limit, None), None)
     if found is None:
-        return text, ""
-    tag = text[found.start() : text.find(">", found.start()) + 1 or found.start() + 4096]
+        return data, ""
+    tag = data[found.start() : data.find(b">", found.start()) + 1 or found.start() + 4096]
     href = _HREF.search(tag)
-    first = next((g for g in href.groups() if g is not None), "") if href else ""
-    return text[: found.start()], first or "#"
+    first = next((g for g in href.groups() if g is not None), b"") if href else b""
+    return data[: found.start()], first.decode("utf-8", "replace") or "#"
 
 
 _DEPTH_SCAN_TAGS = 16_384
 """Pages with fewer ``<`` than this are not scanned for depth: even nested all the way
 down they parse in well under 0.1 s; above it a tree builder's cost grows with depth²."""
-_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*?(/?)>")
-_RAW_TEXT = frozenset(("script", "style", "textarea", "title", "xmp", "iframe", "noembed",
-                       "noframes", "noscript", "plaintext"))  # fmt: skip
+_TAG = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9-]*)[^>]*?(/?)>")
+_RAW_TEXT = frozenset((b"script", b"style", b"textarea", b"title", b"xmp", b"iframe", b"noembed",
+                       b"noframes", b"noscript", b"plaintext"))  # fmt: skip
 # Elements that never nest (void), close themselves (optional end tags), or that the
 # tree builder never nests (<a>): they neither count for depth nor get flattened.
 _FLAT = frozenset(
     [
-        "area",
-        "base",
-        "br",
-        "col",
-        "embed",
-        "hr",
-        "img",
-        "input",
-        "link",
-        "meta",
-        "param",
-        "source",
-        "track",
-        "wbr",
-        "keygen",
-        "p",
-        "li",
-        "dt",
-        "dd",
-        "option",
-        "optgroup",
-        "tr",
-        "td",
-        "th",
-        "tbody",
-        "thead",
-        "tfoot",
-        "rb",
-        "rt",
-        "rp",
-        "colgroup",
-        "caption",
-        "a",
+        b"area",
+        b"base",
+        b"br",
+        b"col",
+        b"embed",
+        b"hr",
+        b"img",
+        b"input",
+        b"link",
+        b"meta",
+        b"param",
+        b"source",
+        b"track",
+        b"wbr",
+        b"keygen",
+        b"p",
+        b"li",
+        b"dt",
+        b"dd",
+        b"option",
+        b"optgroup",
+        b"tr",
+        b"td",
+        b"th",
+        b"tbody",
+        b"thead",
+        b"tfoot",
+        b"rb",
+        b"rt",
+        b"rp",
+        b"colgroup",
+        b"caption",
+        b"a",
     ]
 )
 
 
-_RAW_TEXT_AFTER = "|".join(f"(?<=<{name})" for name in sorted(_RAW_TEXT))
+_RAW_TEXT_AFTER = b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT))
 _DEPTH_TAG = re.compile(
-    rf"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:{_RAW_TEXT_AFTER})[^>]*(?<!/)>"
-    r"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
+    rb"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:" + _RAW_TEXT_AFTER + rb")[^>]*(?<!/)>"
+    rb"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
     re.IGNORECASE | re.DOTALL,
 )
 """A tag that is not self-closing, as ``name`` or ``/name``; a raw-text element is one
 match with its content and end tag, as the exact scan skips them."""
 
 
-class _DepthSteps(dict[str, int]):
-    """What a tag (``"div"``, ``"/DIV"``) adds to the depth: +1, -1, or 0 for flat ones.
+class _DepthSteps(dict[bytes, int]):
+    """What a tag (``b"div"``, ``b"/DIV"``) adds to the depth: +1, -1, or 0 for flat ones.
     A dict, so the per-tag lookup stays in C; a page's new names are added once."""
 
-    def __missing__(self, tag: str) -> int:
-        end = tag.startswith("/")
-        step = 0 if tag.lstrip("/").lower() in _FLAT else -1 if end else 1
+    def __missing__(self, tag: bytes) -> int:
+        end = tag.startswith(b"/")
+        step = 0 if tag.lstrip(b"/").lower() in _FLAT else -1 if end else 1
         self[tag] = step
         return step
 
@@ -271,7 +271,7 @@ _DEPTH_STEPS = _DepthSteps()
 _DEPTH_STEPS_KEPT = 4096
 
 
-def _nesting_bound(text: str) -> int:
+def _nesting_bound(data: bytes) -> int:
     """An upper bound of the depth :func:`_flatten_nesting` would find, computed by the
     regex engine and C iterators rather than a Python loop per tag: most large pages are
     shallow, and the exact scan cost a big page nearly as much as parsing it.
@@ -283,33 +283,34 @@ def _nesting_bound(text: str) -> int:
     """
     if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
         _DEPTH_STEPS.clear()
-    tags = _DEPTH_TAG.findall(text)
+    tags = _DEPTH_TAG.findall(data)
     sums = list(itertools.accumulate(map(_DEPTH_STEPS.__getitem__, tags)))
     return max(sums, default=0) - min(0, min(sums, default=0))
 
 
-def _limit_nesting(text: str, max_depth: int) -> tuple[str, int]:
+def _limit_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
     """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
     end tags after them) are dropped, their content kept, as Chromium's tree builder
     does past 512. Tree builders pay depth² for deep markup (100,000 nested ``<div>``
     took 49 s), so this bounds the parse; links and text stay.
 
     Returns:
-        The text to parse, and how many start tags were flattened.
+        The markup to parse, and how many start tags were flattened.
     """
-    if text.count("<") <= max(_DEPTH_SCAN_TAGS, max_depth):
-        return text, 0
-    if _nesting_bound(text) <= max_depth:
-        return text, 0
-    return _flatten_nesting(text, max_depth)
+    if data.count(b"<") <= max(_DEPTH_SCAN_TAGS, max_depth):
+        return data, 0
+    if _nesting_bound(data) <= max_depth:
+        return data, 0
+    return _flatten_nesting(data, max_depth)
 
 
-def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
-    """The exact scan behind :func:`_limit_nesting`, one tag at a time."""
+def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
+    """The exact scan behind :func:`_limit_nesting`, one tag at a time (on UTF-8 markup:
+    tag names are ASCII, as the HTML tokenizer reads them)."""
     depth = excess = flattened = 0
-    pieces: list[str] = []
+    pieces: list[bytes] = []
     start = pos = 0
-    while (match := _TAG.search(text, pos)) is not None:
+    while (match := _TAG.search(data, pos)) is not None:
         pos = match.end()
         slash, name = match.group(1), match.group(2).lower()
         if name in _FLAT or match.group(3):
@@ -317,7 +318,7 @@ def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
         if slash:
             if excess:
                 excess -= 1
-                pieces.append(text[start : match.start()])
+                pieces.append(data[start : match.start()])
                 start = pos
             elif depth:
                 depth -= 1
@@ -325,17 +326,17 @@ def _flatten_nesting(text: str, max_depth: int) -> tuple[str, int]:
         if depth >= max_depth:
             excess += 1
             flattened += 1
-            pieces.append(text[start : match.start()])
+            pieces.append(data[start : match.start()])
             start = pos
         else:
             depth += 1
         if name in _RAW_TEXT:  # its content is text: skip to its end tag
-            end = re.compile(rf"</{name}[\s/>]", re.IGNORECASE).search(text, pos)
-            pos = end.start() if end is not None else len(text)
+            end = re.compile(rb"</" + name + rb"[\s/>]", re.IGNORECASE).search(data, pos)
+            pos = end.start() if end is not None else len(data)
     if not flattened:
-        return text, 0
-    pieces.append(text[start:])
-    return "".join(pieces), flattened
+        return data, 0
+    pieces.append(data[start:])
+    return b"".join(pieces), flattened
 
 
 def _collapse(text: str) -> str:
@@ -449,8 +450,8 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
     return _namespace_step(child_ns, node)[0]
 
 
-def _parse_lexbor(text: str, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
-    tree = LexborHTMLParser(text)
+def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
+    tree = LexborHTMLParser(data)  # UTF-8 bytes: read as they are, without a copy
     # One walk of the tree finds what the link graph needs (each css() call is a walk:
     # four of them were a sixth of the parsing threads' time on big pages, issue 14).
     by_tag: dict[str, list[LexborNode]] = {"a": [], "base": [], "meta": []}
@@ -476,13 +477,14 @@ def _parse_lexbor(text: str, page_url: str, full: bool, max_links: int | None) -
         ]
 
     base = next(iter(html_only("base[href]", by_tag["base"])), None)
-    base_url = _effective_base(page_url, base.attributes.get("href") if base else None)
-    hrefs = (node.attributes.get("href") or "" for node in html_only("a[href]", by_tag["a"]))
+    base_url = _effective_base(page_url, base.attrs.get("href") if base else None)
+    # attrs reads one attribute; attributes would build a dict of them all, per link.
+    hrefs = (node.attrs.get("href") or "" for node in html_only("a[href]", by_tag["a"]))
     links, cut = _resolve_links(base_url, hrefs, max_links)
 
     metas = _Metas(robots_only=not full)
     for node in by_tag["meta"]:
-        attributes = node.attributes
+        attributes = node.attrs
         metas.add(attributes.get("name"), attributes.get("content"))
     if not full:
         return _page(links, base_url, metas, first_cut_link=cut)
@@ -548,8 +550,8 @@ def _html5lib_tree(text: str) -> Element:
     return root
 
 
-def _parse_html5lib(text: str, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
-    root = _html5lib_tree(text)
+def _parse_html5lib(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
+    root = _html5lib_tree(data.decode("utf-8", "replace"))
     # html5lib keeps <template> contents in the tree; lexbor (and browsers) keep them out.
     in_template = {id(node) for tpl in root.iter("template") for node in tpl.iter()}
 
@@ -584,7 +586,7 @@ def _parse_html5lib(text: str, page_url: str, full: bool, max_links: int | None)
 
 # --------------------------------------------------------------------------- entry point
 
-_BACKENDS: dict[str, Callable[[str, str, bool, int | None], ParsedPage]] = {
+_BACKENDS: dict[str, Callable[[bytes, str, bool, int | None], ParsedPage]] = {
     "lexbor": _parse_lexbor,
     "html5lib": _parse_html5lib,
 }
@@ -603,7 +605,8 @@ def parse_html(
     """Parse a page once, with the backend ``parser`` names.
 
     Args:
-        body: the raw response body; it is decoded with :func:`decode_html`.
+        body: the raw response body; its charset is found as browsers find it
+            (:func:`rccrawler.web.encoding.html_utf8`).
         page_url: the URL the page was fetched from (after redirects).
         content_type: the Content-Type header value, for its charset.
         parser: one of :data:`PARSERS`.
@@ -622,14 +625,14 @@ def parse_html(
         backend = _BACKENDS[parser]
     except KeyError:
         raise ValueError(f"unknown HTML parser {parser!r}; expected one of {PARSERS}") from None
-    text = decode_html(body, content_type)
+    data = html_utf8(body, content_type)
     flattened = 0
     cut_href = ""
     if max_links is not None:
-        text, cut_href = _limit_anchors(text, max_links)
+        data, cut_href = _limit_anchors(data, max_links)
     if max_depth is not None:
-        text, flattened = _limit_nesting(text, max_depth)
-    page = backend(text, page_url, full, max_links)
+        data, flattened = _limit_nesting(data, max_depth)
+    page = backend(data, page_url, full, max_links)
     cuts = []
     if cut_href and not page.first_cut_link:
         # The parse kept max_links or fewer distinct links; the cut markup began here.
