@@ -8,8 +8,10 @@ the result through :func:`site_analysis`.
 
 from __future__ import annotations
 
+import operator
 from array import array
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
@@ -103,35 +105,33 @@ def analyse(
         in_degree[t] += 1
     if count == 0:
         return LinkAnalysis(ids, in_degree, array("d"), 0, index)
-    dangling = [i for i in range(count) if out_degree[i] == 0]
-    rank = array("d", [1.0 / count]) * count
-    # Each arc carries rank[source] / out_degree[source]; precompute 1 / out_degree.
-    share = array("d", [1.0 / d if d else 0.0 for d in out_degree])
-    # Each node gathers what its in-links send with one C-level itemgetter call a round,
-    # instead of a Python step per arc (a site has ten or more arcs per node).
+    # Slot ``count`` of the rank and of what nodes send is always 0.0: every getter below
+    # also reads it, so each returns a tuple, even for one index or none, and a whole
+    # round is map() over C callables, with no Python step per node or per arc (a site
+    # has ten or more arcs per node). Adding 0.0 leaves every sum as it was.
+    dangling = itemgetter(*(i for i in range(count) if out_degree[i] == 0), count, count)
+    rank = [1.0 / count] * count + [0.0]
+    # Each arc carries damping * rank[source] / out_degree[source]: precompute 1 / out_degree.
+    share = [1.0 / d if d else 0.0 for d in out_degree] + [0.0]
+    # Each node gathers what its in-links send with one itemgetter call a round.
     incoming: list[list[int]] = [[] for _ in range(count)]
     for s, t in zip(sources, targets, strict=True):
         incoming[t].append(s)
-    gathers = [itemgetter(*found, found[0]) if found else None for found in incoming]
+    gathers = [itemgetter(*found, count, count) for found in incoming]
     iterations = 0
     while iterations < max_iterations:
         iterations += 1
-        lost = sum(rank[i] for i in dangling)
-        base = (1.0 - damping + damping * lost) / count
-        # What each node sends along each of its arcs this round.
-        send = [damping * r * f for r, f in zip(rank, share, strict=True)]
-        new = array(
-            "d",
-            # The getter repeats its first source at the end, so it always returns a tuple.
-            (base + sum(gather(send)[:-1]) if gather else base for gather in gathers),
-        )
-        change = sum(abs(a - b) for a, b in zip(new, rank, strict=True))
+        base = (1.0 - damping + damping * sum(dangling(rank))) / count
+        send = list(map(operator.mul, map(damping.__mul__, rank), share))  # along each arc
+        new = [*map(base.__add__, map(sum, map(operator.call, gathers, repeat(send)))), 0.0]
+        change = sum(map(abs, map(operator.sub, new, rank)))
         rank = new
         if change < tolerance:
             break
+    del rank[count]
     total = sum(rank)
-    rank = array("d", (value / total for value in rank))  # rounding drift only
-    return LinkAnalysis(ids, in_degree, rank, iterations, index)
+    normalized = array("d", (value / total for value in rank))  # rounding drift only
+    return LinkAnalysis(ids, in_degree, normalized, iterations, index)
 
 
 def site_analysis(context: CrawlContext, host: str) -> LinkAnalysis:

@@ -69,7 +69,9 @@ PAGE_COLUMNS = (
     "redirect_target, redirect_hops, bytes, truncated, referer"
 )
 PAGE_FIELDS = tuple(PAGE_COLUMNS.split(", "))
-"""PageData's fields, in the order of PAGE_COLUMNS."""
+"""PageData's fields, in the order of PAGE_COLUMNS (page_from_row unpacks rows so)."""
+if tuple(f.name for f in fields(PageData)) != PAGE_FIELDS:
+    raise ImportError("PAGE_COLUMNS must list PageData's fields in their order")
 HOST_FIELDS = tuple(f.name for f in fields(HostData))
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
@@ -166,13 +168,46 @@ class Cursor(Protocol):
     def fetchall(self) -> list[Any]: ...
 
 
+_STATES = {state.value: state for state in PageState}
+
+
 def page_from_row(row: Sequence[Any]) -> PageData:
-    """A PageData from a row of PAGE_COLUMNS (SQLite keeps booleans as integers)."""
-    raw = dict(zip(PAGE_FIELDS, row, strict=True))
-    raw["state"] = PageState(raw["state"])
-    for flag in ("downloaded", "parsed", "truncated"):
-        raw[flag] = bool(raw[flag])
-    return PageData(**raw)
+    """A PageData from a row of PAGE_COLUMNS (SQLite keeps booleans as integers).
+
+    The unloaders make one per page of the crawl, several times over: one call with
+    the row unpacked in the order of the fields, no dict and no Enum lookup per row.
+    """
+    (
+        page_id,
+        host,
+        url,
+        normalized_url,
+        id_from,
+        level,
+        out_degree,
+        state,
+        downloaded,
+        parsed,
+        http_status,
+        content_type,
+        content_hash,
+        error_code,
+        replace_id,
+        download_attempts,
+        redirect_target,
+        redirect_hops,
+        size,
+        truncated,
+        referer,
+    ) = row
+    return PageData(
+        id=page_id, host=host, url=url, normalized_url=normalized_url, id_from=id_from,
+        level=level, out_degree=out_degree, state=_STATES[state], downloaded=bool(downloaded),
+        parsed=bool(parsed), http_status=http_status, content_type=content_type,
+        content_hash=content_hash, error_code=error_code, replace_id=replace_id,
+        download_attempts=download_attempts, redirect_target=redirect_target,
+        redirect_hops=redirect_hops, bytes=size, truncated=bool(truncated), referer=referer,
+    )  # fmt: skip
 
 
 def host_from_row(row: Sequence[Any]) -> HostData:

@@ -313,13 +313,21 @@ class _Watchdog:
 
     def watch(self, deadline: _Deadline) -> None:
         with self._wake:
+            # Finished requests leave the heap here, oldest first, so it holds about the
+            # requests in flight, not every request of the last 2 × timeout_s.
+            while self._heap and self._heap[0][2].done:
+                heapq.heappop(self._heap)
+            # Deadlines are mostly later than the soonest one watched: the thread, asleep
+            # until that one, need not wake (a wake-up per request cost a context switch).
+            earliest = not self._heap or deadline.at < self._heap[0][0]
             heapq.heappush(self._heap, (deadline.at, next(self._order), deadline))
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
                     target=self._run, name="fetch-deadlines", daemon=True
                 )
                 self._thread.start()
-            self._wake.notify()
+            if earliest:
+                self._wake.notify()
 
     def close(self) -> None:
         with self._wake:
