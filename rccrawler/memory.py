@@ -13,8 +13,10 @@ logger = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD = 256 * 1024
-"""Bodies larger than this get their own mapping, returned to the OS when freed."""
+MMAP_THRESHOLD = 1024 * 1024
+"""Bodies larger than this get their own mapping, returned to the OS when freed. Not
+lower: lexbor's working memory for an ordinary page (a few hundred KiB) would then be
+mapped and unmapped, and its pages faulted in afresh, for every page parsed."""
 ARENA_MAX = 2
 """glibc gives each thread its own heap arena by default; a dozen crawler threads
 each holding freed megabytes of response bodies is most of a crawl's memory."""

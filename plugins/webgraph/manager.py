@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, ClassVar
 
-from plugins.webgraph.report import HtmlReportUnloader, serve_report
+from plugins.webgraph.report import HtmlReportUnloader
 from plugins.webgraph.unloaders import CsvGraphUnloader, GraphMLUnloader, SkippedUnloader
 from rccrawler.commands import EXIT_OK, EXIT_USAGE
 from rccrawler.manager import ApplicationManager, TaskCommand
@@ -62,4 +62,6 @@ class WebGraphManager(ApplicationManager):
     @classmethod
     def serve(cls, settings: Settings, host: str, port: int) -> bool:
         """``rccrawler serve``: the crawl's report.html, once the crawl has written it."""
+        from plugins.webgraph.report_server import serve_report  # the command's alone
+
         return serve_report(settings, host, port)

@@ -96,8 +96,14 @@ def referer_header(referer: str, url: str) -> str:
     """
     if not referer:
         return ""
+    return _referer_for(referer, url[:6].lower() == "https:")
+
+
+@functools.lru_cache(maxsize=1024)
+def _referer_for(referer: str, to_https: bool) -> str:
+    # Cached: breadth first, the links of one page are requested one after another.
     parts = urlsplit(referer)
-    if parts.scheme.lower() == "https" and urlsplit(url).scheme.lower() != "https":
+    if parts.scheme.lower() == "https" and not to_https:
         return ""
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
 
@@ -542,6 +548,7 @@ class Fetcher:
                     max_bytes,
                     on_send,
                     method,
+                    address=parts.hostname or "",
                 )
             except FetchError as exc:
                 if deadline.expired:
@@ -550,14 +557,15 @@ class Fetcher:
                 raise
             if deadline.expired:  # a body without a length just ends when cut
                 raise FetchError("timeout", f"{url}: over the request deadline", retryable=True)
-        response_headers = {k.lower(): v for k, v in resp.headers.items()}
+        received = tuple(resp.headers.items())  # one pass over urllib3's header dict
+        response_headers = {k.lower(): v for k, v in received}
         if self.cookie_jar is not None:
             self._store_cookies(url, resp.headers)
         headers.setdefault("Host", parts.netloc.rsplit("@", 1)[-1])
         exchange = HttpExchange(
             url=url, method=method, target=target, request_headers=tuple(headers.items()),
             http_version="HTTP/1.0" if resp.version == 10 else "HTTP/1.1",
-            reason=resp.reason or "", response_headers=tuple(resp.headers.items()),
+            reason=resp.reason or "", response_headers=received,
         )  # fmt: skip
         return Response(
             exchange=exchange,
@@ -580,8 +588,13 @@ class Fetcher:
         max_bytes: int,
         on_send: Callable[[], None] | None,
         method: str = "GET",
+        *,
+        address: str = "",
     ) -> tuple[urllib3.BaseHTTPResponse, bytes, bool]:
-        """Send the request and read the body; transport failures become FetchError."""
+        """Send the request and read the body; transport failures become FetchError.
+
+        ``address`` is the URL's host as urllib3 connects to it (``host`` is the name
+        the settings know it by, its final dot dropped)."""
         try:
             if on_send is not None:
                 on_send()
@@ -601,10 +614,18 @@ class Fetcher:
                     method, target, headers=headers, redirect=False, retries=False,
                     preload_content=False, assert_same_host=False, timeout=self.timeout,
                 )  # fmt: skip
-            else:
+            elif self.settings.proxy or not address:
                 resp = self.pool.urlopen(
                     method, url, headers=headers, redirect=False, retries=False,
                     preload_content=False, timeout=self.timeout,
+                )  # fmt: skip
+            else:
+                # What PoolManager.urlopen would do, from the URL already split: it
+                # would parse the URL again, for its pool and for the target.
+                conn = self.pool.connection_from_host(address, port, scheme)
+                resp = conn.urlopen(
+                    method, target, headers=headers, redirect=False, retries=False,
+                    preload_content=False, assert_same_host=False, timeout=self.timeout,
                 )  # fmt: skip
             truncated = False
             try:

@@ -12,10 +12,6 @@ from __future__ import annotations
 import io
 import zlib
 from dataclasses import dataclass, field
-from xml.etree.ElementTree import ParseError
-
-import defusedxml.ElementTree as SafeElementTree
-from defusedxml import DefusedXmlException
 
 __all__ = ["SitemapContent", "parse_sitemap", "sitemap_seeds"]
 
@@ -92,6 +88,12 @@ def parse_sitemap(body: bytes, *, max_urls: int, max_bytes: int) -> SitemapConte
 
 
 def _read_xml(body: bytes, content: SitemapContent, max_urls: int) -> None:
+    # Imported here: most sites have no sitemap, and a crawl need not load an XML parser.
+    from xml.etree.ElementTree import ParseError
+
+    import defusedxml.ElementTree as SafeElementTree
+    from defusedxml import DefusedXmlException
+
     depth = 0
     entry = ""  # "url" or "sitemap": the element whose <loc> is being read
     try:
