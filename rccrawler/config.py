@@ -89,6 +89,10 @@ class CrawlSettings:
     """Links kept from one page (document order); the rest are cut and the page is truncated."""
     max_html_depth: int = 512
     """Element nesting kept by the link parser; deeper markup is cut and the page truncated."""
+    max_html_tags: int = 250_000
+    """Tags (``<``) of one page parsed; the markup after them is cut and the page truncated.
+    The largest page of the Python, PostgreSQL and SQLAlchemy docs has 98,000; the parser
+    keeps about 180 bytes per element, so this caps one page's parse near 45 MB."""
 
     # Sitemaps
     sitemaps: bool = True
@@ -172,7 +176,7 @@ MAX_DELAY_MS = 86_400_000
 _LOWER_BOUNDS = {
     "max_depth": 0, "max_pages": 0, "crawl_delay_ms": 0, "max_redirects": 0,
     "max_crawl_delay_ms": 0, "max_downloads_at_time": 1, "max_download_attempts": 1,
-    "max_body_bytes": 1, "max_links_per_page": 1, "max_html_depth": 16,
+    "max_body_bytes": 1, "max_links_per_page": 1, "max_html_depth": 16, "max_html_tags": 1000,
     "max_url_length": 256, "max_query_variants": 1, "max_sitemap_files": 0,
     "max_sitemap_urls": 0,
 }  # fmt: skip

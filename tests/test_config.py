@@ -105,6 +105,7 @@ HOSTILE = [
     ({**GOOD, "crawl": {"max_body_bytes": 2**52}}, "crawl.max_body_bytes"),
     ({**GOOD, "crawl": {"max_links_per_page": 0}}, "crawl.max_links_per_page"),
     ({**GOOD, "crawl": {"max_html_depth": 2}}, "crawl.max_html_depth"),
+    ({**GOOD, "crawl": {"max_html_tags": 10}}, "crawl.max_html_tags"),
     ({**GOOD, "threads": {"downloading": 100_000_000}}, "threads.downloading"),
     ({**GOOD, "output_dir": "/proc/1/out"}, "output_dir"),
 ]

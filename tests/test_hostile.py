@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import zlib
 from collections.abc import Iterator, Mapping
 from http.cookiejar import CookieJar
 
@@ -321,6 +323,52 @@ def test_a_million_link_page_and_100000_nested_divs_finish_in_bounded_memory(ser
     # The cut pages are still pages, and the link under 100,000 divs was found and crawled.
     assert report["sites"]["links.test"]["pages_done"] >= 1
     assert report["sites"]["deep.test"]["pages_done"] == 2
+
+
+def gzip_of_zeros(megabytes: int) -> bytes:
+    """A decompression bomb: ``megabytes`` MiB of zero bytes after an HTML head, gzipped
+    (about a thousandth of that on the wire), made without holding the whole in memory."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: the gzip container
+    zeros = bytes(1 << 20)
+    parts = [packer.compress(b"<html><body><a href='/after'>after</a>")]
+    parts += [packer.compress(zeros) for _ in range(megabytes)]
+    return b"".join([*parts, packer.flush()])
+
+
+def test_a_gzip_bomb_is_cut_at_max_body_bytes_in_bounded_memory(serve, tmp_path):
+    """1 GiB of zeros in 1 MB of gzip: the page is kept as its first max_body_bytes of
+    decoded bytes, truncated, and the crawl never holds much more than that."""
+    bomb = Resource(
+        gzip_of_zeros(1024), headers=(("Content-Type", "text/html"), ("Content-Encoding", "gzip"))
+    )
+    server = serve({"bomb.test": {"/": bomb, "/after": html("after the bomb")}})
+    _proc, peak_mb, report = crawl_measured(
+        tmp_path, server, ["bomb.test"], max_body_bytes=10_000_000
+    )
+    assert peak_mb < PEAK_MB, f"peak {peak_mb:.0f} MB"
+    site = report["sites"]["bomb.test"]
+    assert site["pages_done"] == 2  # the link before the cut was followed
+    assert site["truncated"] == 1
+    with (tmp_path / "out" / "bomb.test.nodes.csv").open(newline="") as nodes:
+        assert {row["url"] for row in csv.DictReader(nodes)} == {
+            "http://bomb.test/",
+            "http://bomb.test/after",
+        }
+
+
+def test_ten_megabytes_of_tags_are_parsed_only_up_to_max_html_tags(serve, tmp_path):
+    """A page of 3.3 million <p> took the parser 590 MB; cut at max_html_tags, its links
+    before the cut are kept and the first one after it is named in skipped.csv."""
+    flood = b"<p>" * 3_300_000
+    body = b"<html><body><a href='/before'>b</a>" + flood + b"<a href='/after'>a</a>"
+    server = serve({"tags.test": {"/": Resource(body), "/before": html("before")}})
+    proc, peak_mb, report = crawl_measured(tmp_path, server, ["tags.test"])
+    assert peak_mb < PEAK_MB, f"peak {peak_mb:.0f} MB"
+    assert "parse budget: markup after 250000 tags left out" in proc.stderr
+    site = report["sites"]["tags.test"]
+    assert (site["pages_done"], site["skipped_by_reason"]["truncated"]) == (2, 1)
+    skipped = (tmp_path / "out" / "tags.test.skipped.csv").read_text()
+    assert "http://tags.test/after,truncated," in skipped
 
 
 # -- smaller holes --------------------------------------------------------------------------

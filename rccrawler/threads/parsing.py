@@ -43,6 +43,7 @@ class ParsingThread(CrawlerThread):
         parsed = parse_html(
             body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse,
             max_links=self.crawl.max_links_per_page, max_depth=self.crawl.max_html_depth,
+            max_tags=self.crawl.max_html_tags,
         )  # fmt: skip
         links, skipped = self.classify_links(page, parsed)
         if parsed.truncated:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
 logger = logging.getLogger(__name__)
 
-_CHUNK = 64 * 1024
 
 ERROR_KINDS = ("timeout", "connection_refused", "dns", "tls", "connection", "proxy",
                "decode", "bad_url", "http")  # fmt: skip
@@ -629,16 +628,12 @@ class Fetcher:
                 )  # fmt: skip
             truncated = False
             try:
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in resp.stream(_CHUNK, decode_content=True):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > max_bytes:
-                        truncated = True
-                        break
-                body = b"".join(chunks)
-                if truncated:
+                # One read of at most max_bytes + 1 decoded bytes: the whole of an
+                # ordinary page in one call (not a loop over 64 KiB pieces), and an
+                # endless or huge body is cut there.
+                body = resp.read(max_bytes + 1, decode_content=True)
+                if len(body) > max_bytes:
+                    truncated = True
                     body = body[:max_bytes]
             finally:
                 if truncated or not resp.closed:

@@ -193,10 +193,46 @@ def _limit_anchors(data: bytes, max_links: int) -> tuple[bytes, str]:
     found = next(itertools.islice(_ANCHOR.finditer(data), limit, None), None)
     if found is None:
         return data, ""
+    return _cut_at(data, found.start())
+
+
+def _cut_at(data: bytes, position: int) -> tuple[bytes, str]:
+    """The markup before ``position``, and the href of the first ``<a`` from there on
+    ("#" for one without an href, "" when none follows)."""
+    found = _ANCHOR.search(data, position)
+    if found is None:
+        return data[:position], ""
     tag = data[found.start() : data.find(b">", found.start()) + 1 or found.start() + 4096]
     href = _HREF.search(tag)
     first = next((g for g in href.groups() if g is not None), b"") if href else b""
-    return data[: found.start()], first.decode("utf-8", "replace") or "#"
+    return data[:position], first.decode("utf-8", "replace") or "#"
+
+
+def _limit_tags(data: bytes, max_tags: int) -> tuple[bytes, str] | None:
+    """Cut the markup before its ``max_tags + 1``-th ``<``: lexbor keeps about 180 bytes
+    per element and 20 per parse error, so 10 MB of ``<p>`` took 590 MB to parse.
+
+    Returns:
+        None when nothing is cut, else the markup to parse and the href of the first
+        ``<a`` cut off ("" when none was).
+    """
+    if data.count(b"<") <= max_tags:
+        return None
+    rest = data.split(b"<", max_tags)[-1]  # after the max_tags-th "<", split in C
+    return _cut_at(data, len(data) - len(rest) + rest.find(b"<"))
+
+
+NUL_FLOOD = 65_536
+"""NUL bytes above which a page's NULs are read as U+FFFD before parsing. lexbor keeps
+a parse error per NUL outside attributes (about 17 bytes each: a 10 MB page of zeros,
+a gzip bomb, took 170 MB); as U+FFFD they are text. Attribute values (links) read the
+same either way; only the text of such a page gains the replacement characters."""
+
+
+def _defuse_nuls(data: bytes) -> bytes:
+    if data.count(b"\0") <= NUL_FLOOD:
+        return data
+    return data.replace(b"\0", "\ufffd".encode())
 
 
 _DEPTH_SCAN_TAGS = 16_384
@@ -601,6 +637,7 @@ def parse_html(
     full: bool = False,
     max_links: int | None = None,
     max_depth: int | None = None,
+    max_tags: int | None = None,
 ) -> ParsedPage:
     """Parse a page once, with the backend ``parser`` names.
 
@@ -614,6 +651,7 @@ def parse_html(
             for the web-graph crawl); True also fills the search fields.
         max_links: keep at most this many links (``crawl.max_links_per_page``); None = all.
         max_depth: flatten markup nested deeper (``crawl.max_html_depth``); None = no limit.
+        max_tags: parse markup up to this many ``<`` (``crawl.max_html_tags``); None = all.
 
     Returns:
         The page's :class:`ParsedPage`.
@@ -625,23 +663,28 @@ def parse_html(
         backend = _BACKENDS[parser]
     except KeyError:
         raise ValueError(f"unknown HTML parser {parser!r}; expected one of {PARSERS}") from None
-    data = html_utf8(body, content_type)
+    data = _defuse_nuls(html_utf8(body, content_type))
     flattened = 0
     cut_href = ""
+    cuts = []
     if max_links is not None:
         data, cut_href = _limit_anchors(data, max_links)
+        if cut_href:
+            cuts.append(f"markup after {ANCHORS_PER_LINK * max_links} <a> tags left out")
+    tags_cut = _limit_tags(data, max_tags) if max_tags is not None else None
+    if tags_cut is not None:
+        data, first_href = tags_cut
+        cut_href = cut_href or first_href
+        cuts.append(f"markup after {max_tags} tags left out")
     if max_depth is not None:
         data, flattened = _limit_nesting(data, max_depth)
     page = backend(data, page_url, full, max_links)
-    cuts = []
-    if cut_href and not page.first_cut_link:
+    if page.first_cut_link:
+        cuts.append(f"links over {max_links} left out, from {page.first_cut_link}")
+    elif cut_href:
         # The parse kept max_links or fewer distinct links; the cut markup began here.
         first = resolve_link(page.base_url, _clean_href(cut_href)) or ""
         page = dataclasses.replace(page, first_cut_link=first)
-    if cut_href:
-        cuts.append(f"markup after {ANCHORS_PER_LINK * (max_links or 0)} <a> tags left out")
-    if page.first_cut_link:
-        cuts.append(f"links over {max_links} left out, from {page.first_cut_link}")
     if flattened:
         cuts.append(f"{flattened} elements nested deeper than {max_depth} flattened")
     return dataclasses.replace(page, truncated="; ".join(cuts)) if cuts else page
