@@ -181,14 +181,16 @@ _ANCHOR = re.compile(rb"<[aA][\s/>]")
 _HREF = re.compile(rb"""\shref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
 
 
-def _limit_anchors(data: bytes, max_links: int) -> tuple[bytes, str]:
+def _limit_anchors(data: bytes, max_links: int, tags: int) -> tuple[bytes, str]:
     """Cut the markup (UTF-8) before its ``ANCHORS_PER_LINK × max_links + 1``-th ``<a`` tag.
+
+    ``tags`` is the markup's count of ``<`` (counted once for all the budgets).
 
     Returns:
         The markup to parse, and the href of the first ``<a`` cut off ("" when none was).
     """
     limit = ANCHORS_PER_LINK * max_links
-    if data.count(b"<") <= limit or data.count(b"<a") + data.count(b"<A") <= limit:
+    if tags <= limit or data.count(b"<a") + data.count(b"<A") <= limit:
         return data, ""
     found = next(itertools.islice(_ANCHOR.finditer(data), limit, None), None)
     if found is None:
@@ -208,7 +210,7 @@ def _cut_at(data: bytes, position: int) -> tuple[bytes, str]:
     return data[:position], first.decode("utf-8", "replace") or "#"
 
 
-def _limit_tags(data: bytes, max_tags: int) -> tuple[bytes, str] | None:
+def _limit_tags(data: bytes, max_tags: int, tags: int) -> tuple[bytes, str] | None:
     """Cut the markup before its ``max_tags + 1``-th ``<``: lexbor keeps about 180 bytes
     per element and 20 per parse error, so 10 MB of ``<p>`` took 590 MB to parse.
 
@@ -216,7 +218,7 @@ def _limit_tags(data: bytes, max_tags: int) -> tuple[bytes, str] | None:
         None when nothing is cut, else the markup to parse and the href of the first
         ``<a`` cut off ("" when none was).
     """
-    if data.count(b"<") <= max_tags:
+    if tags <= max_tags:
         return None
     rest = data.split(b"<", max_tags)[-1]  # after the max_tags-th "<", split in C
     return _cut_at(data, len(data) - len(rest) + rest.find(b"<"))
@@ -230,7 +232,7 @@ same either way; only the text of such a page gains the replacement characters."
 
 
 def _defuse_nuls(data: bytes) -> bytes:
-    if data.count(b"\0") <= NUL_FLOOD:
+    if b"\0" not in data or data.count(b"\0") <= NUL_FLOOD:
         return data
     return data.replace(b"\0", "\ufffd".encode())
 
@@ -324,7 +326,7 @@ def _nesting_bound(data: bytes) -> int:
     return max(sums, default=0) - min(0, min(sums, default=0))
 
 
-def _limit_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
+def _limit_nesting(data: bytes, max_depth: int, tags: int | None = None) -> tuple[bytes, int]:
     """Flatten markup nested deeper than ``max_depth``: start tags past it (and as many
     end tags after them) are dropped, their content kept, as Chromium's tree builder
     does past 512. Tree builders pay depth² for deep markup (100,000 nested ``<div>``
@@ -333,7 +335,7 @@ def _limit_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
     Returns:
         The markup to parse, and how many start tags were flattened.
     """
-    if data.count(b"<") <= max(_DEPTH_SCAN_TAGS, max_depth):
+    if (data.count(b"<") if tags is None else tags) <= max(_DEPTH_SCAN_TAGS, max_depth):
         return data, 0
     if _nesting_bound(data) <= max_depth:
         return data, 0
@@ -664,20 +666,23 @@ def parse_html(
     except KeyError:
         raise ValueError(f"unknown HTML parser {parser!r}; expected one of {PARSERS}") from None
     data = _defuse_nuls(html_utf8(body, content_type))
+    tags = data.count(b"<")  # once: every budget first asks whether it has anything to do
     flattened = 0
     cut_href = ""
     cuts = []
     if max_links is not None:
-        data, cut_href = _limit_anchors(data, max_links)
+        data, cut_href = _limit_anchors(data, max_links, tags)
         if cut_href:
             cuts.append(f"markup after {ANCHORS_PER_LINK * max_links} <a> tags left out")
-    tags_cut = _limit_tags(data, max_tags) if max_tags is not None else None
+            tags = data.count(b"<")
+    tags_cut = _limit_tags(data, max_tags, tags) if max_tags is not None else None
     if tags_cut is not None:
         data, first_href = tags_cut
         cut_href = cut_href or first_href
         cuts.append(f"markup after {max_tags} tags left out")
+        tags = data.count(b"<")
     if max_depth is not None:
-        data, flattened = _limit_nesting(data, max_depth)
+        data, flattened = _limit_nesting(data, max_depth, tags)
     page = backend(data, page_url, full, max_links)
     if page.first_cut_link:
         cuts.append(f"links over {max_links} left out, from {page.first_cut_link}")
