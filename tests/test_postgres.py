@@ -28,7 +28,7 @@ from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
 from rccrawler.data.postgres import PostgresDataManager, schema_for
-from rccrawler.records import DownloadResult, HostData
+from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
 TESTS = Path(__file__).parent
 
@@ -358,3 +358,64 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
         other.close()
         data.close()
         PostgresDataManager.drop(postgresql, data.schema)
+
+
+def take_when_due(data: PostgresDataManager) -> PageData | None:
+    """take_for_download() once the worker would look for a new host again (it looks at
+    most every 20 ms): a None must come from the crawl, not from that pause."""
+    wait_until(lambda: time.monotonic() >= data._next_try, timeout=5, interval=0.005)
+    return data.take_for_download()
+
+
+def hosts_of(conn: psycopg.Connection[Any], owner: str) -> set[str]:
+    rows = conn.execute("SELECT host FROM hosts WHERE owner = %s", (owner,)).fetchall()
+    return {host for (host,) in rows}
+
+
+def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
+    """The first worker up leases every host its threads will take; a worker joining
+    later would idle to the end. So the one holding more hosts than its threads can
+    serve hands one over: no new page of it goes out, and once its pages in progress
+    are stored, the host is the newcomer's."""
+    schema = schema_for(f"balance-{uuid.uuid4().hex}")
+    first = PostgresDataManager(postgresql, schema, download_slots=8)
+    first.open()
+    second = PostgresDataManager(postgresql, schema, download_slots=8)
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = ["h0.test", "h1.test", "h2.test"]
+        for host in hosts:
+            site = HostData(host=host, crawl_delay=0.0, max_downloads_at_time=4)
+            first.add_site(site, f"http://{host}/", f"http://{host}/")
+            assert first.take_robots() is not None
+            first.store_robots(host, 404, "", None, blocked=False)
+            urls = [f"http://{host}/{n}" for n in range(10)]
+            first.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+        # Alone, the first worker takes all three hosts (3 x 4 requests for 8 threads).
+        taken = [page for page in iter(lambda: take_when_due(first), None)]
+        assert hosts_of(conn, first.owner) == set(hosts)
+        assert Counter(page.host for page in taken) == {host: 4 for host in hosts}
+        second.open()
+        first.statistics()  # its look for dead workers, and at how the hosts are shared
+        for page in taken:
+            first.store_download(page.id, DownloadResult(status=404), "")
+        # The host it hands over gets no new request from it...
+        again = [page for page in iter(lambda: take_when_due(first), None)]
+        kept = hosts_of(conn, first.owner)
+        assert len(kept) == 2 and {page.host for page in again} == kept
+        # ...and is leased by the worker that had none.
+        (given,) = set(hosts) - kept
+        page = take_when_due(second)
+        assert page is not None and page.host == given
+        assert hosts_of(conn, second.owner) == {given}
+        # Nothing was lost on the way: every page is still waiting, in flight or failed.
+        states = dict(conn.execute("SELECT state, count(*) FROM pages GROUP BY state").fetchall())
+        assert states["error"] == 12 and states["running"] == len(again) + 1
+        assert sum(states.values()) == 3 * 11
+    finally:
+        conn.close()
+        second.close()
+        first.close()
+        PostgresDataManager.drop(postgresql, schema)

@@ -142,6 +142,23 @@ class _HeldHost:
     dry: bool = False
     """The last claim found nothing it may take now (the breadth-first barrier): do not
     ask again until a page of the host finishes or new ones are queued."""
+    draining: bool = False
+    """Being handed over to a worker that holds fewer hosts: no new page is handed out,
+    and the host is given back once nothing of it is in progress here."""
+
+
+def _threads_wanted(held: _HeldHost) -> int:
+    """Downloading threads a held host will keep busy: a worker leases hosts until these
+    add up to its threads. A host without a crawl delay takes its whole limit; a host
+    with a delay sends one request per delay, so it rarely needs more than one thread;
+    one behind its breadth-first barrier, with nothing left to claim, or being handed
+    over takes only what is in flight."""
+    data = held.data
+    if held.draining or ((held.dry or held.exhausted) and not held.queue):
+        return data.in_flight
+    if data.crawl_delay > 0:
+        return min(data.max_downloads_at_time, max(1, data.in_flight))
+    return data.max_downloads_at_time
 
 
 class PostgresDataManager(SQLDataManager):
@@ -227,6 +244,11 @@ class PostgresDataManager(SQLDataManager):
         """time.monotonic() before which take_for_download need not look for a new host."""
         self._reaped_at = -1e9
         self._rotation = 0
+        self._handed_over: dict[str, float] = {}
+        """Hosts handed over to other workers, and until when (monotonic) to leave them."""
+        self._share = 1 << 30
+        """Hosts this worker may hold while others would idle: its fair share of the
+        hosts with work (see _balance), known after the first look."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -588,6 +610,47 @@ class PostgresDataManager(SQLDataManager):
             self._wake_downloaders = 1 << 16
         return moved
 
+    def _balance(self) -> None:
+        """Share the hosts fairly between the workers (after each look for dead ones).
+
+        The first worker up would otherwise lease every host its threads can take
+        before the others have started, and keep them to the end: 8 hosts for 3
+        workers came out 4, 4 and 0, and the crawl took as long as 4 hosts on 8
+        threads. So a worker holds at most its share of the hosts with work while
+        others would idle, and a worker holding two or more hosts more than another,
+        more than its threads can serve at their limits, hands one over (no new page
+        of it is handed out; it is given back once its pages in progress are stored,
+        see _take_from_held).
+        """
+        if self.read_only:
+            return
+        with self._reading() as cur:
+            cur.execute(
+                "SELECT w.owner, (SELECT count(*) FROM hosts h WHERE h.owner = w.owner) "
+                "FROM workers w"
+            )
+            held_by = {owner: int(n) for owner, n in cur.fetchall()}
+            cur.execute(
+                "SELECT count(*) FROM hosts h WHERE owner = '' AND robots_state = 'ready' "
+                "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host "
+                "AND p.state = 'waiting' AND p.owner = '')"
+            )
+            free = int((cur.fetchone() or (0,))[0])
+        others = [n for owner, n in held_by.items() if owner != self.owner]
+        with self._lock:
+            mine = len(self._held)
+            self._share = -(-(mine + sum(others) + free) // (len(others) + 1))
+            if free or not others or mine <= min(others) + 1:
+                return
+            if sum(map(_threads_wanted, self._held.values())) <= self.download_slots:
+                return  # its threads serve every host at its limit: nothing to gain
+            candidates = [h for h in self._held.values() if not h.exhausted]
+            if candidates and not any(h.draining for h in self._held.values()):
+                # The most recently leased: the least of its work is done.
+                candidates[-1].draining = True
+                logger.info("handing %s over to a worker with fewer hosts",
+                            candidates[-1].data.host)  # fmt: skip
+
     def live_workers(self) -> int:
         return sum(1 for *_rest, alive in self.workers() if alive)
 
@@ -757,6 +820,11 @@ class PostgresDataManager(SQLDataManager):
         for name in names[self._rotation :] + names[: self._rotation]:
             held = self._held[name]
             data = held.data
+            if held.draining:
+                if held.busy <= 0:
+                    self._release_host(held)
+                    self._handed_over[name] = time.monotonic() + 2 * self.reap_interval
+                continue
             if data.in_flight >= data.max_downloads_at_time:
                 continue
             if max(data.next_fetch_at, data.retry_after_until) > now:
@@ -820,25 +888,27 @@ class PostgresDataManager(SQLDataManager):
 
     def _lease_host(self) -> bool:
         """Lease one more host with waiting pages, while this worker has slots to fill."""
-        # What the held hosts can take now (a host behind its breadth-first barrier
-        # takes only what is in flight); more hosts while threads would idle.
-        slots = sum(
-            h.data.in_flight if h.dry and not h.queue
-            else min(h.data.max_downloads_at_time, h.data.in_flight + len(h.queue) + 1)
-            for h in self._held.values()
-        )  # fmt: skip
-        if slots >= self.download_slots:
+        room = self.download_slots
+        if len(self._held) < self._share:
+            # Below its share one more host, even if the threads are spoken for: 8 hosts
+            # for 3 workers of 8 threads are 3, 3 and 2, not 2, 2, 2 and two that wait.
+            room += self.download_slots // 2
+        if sum(map(_threads_wanted, self._held.values())) >= room:
             return False
+        # A host this worker just handed over is left to the others for a while.
+        now = time.monotonic()
+        handed_over = [host for host, until in self._handed_over.items() if until > now]
         with self._transaction() as cur:
             cur.execute(
                 "UPDATE hosts SET owner = %s WHERE host = (SELECT host FROM hosts h "
-                "WHERE owner = '' AND robots_state = 'ready' AND EXISTS (SELECT 1 FROM pages p "
+                "WHERE owner = '' AND robots_state = 'ready' AND host <> ALL(%s) "
+                "AND EXISTS (SELECT 1 FROM pages p "
                 "WHERE p.host = h.host AND p.state = 'waiting' AND p.owner = '') "
                 "ORDER BY next_fetch_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
                 f"RETURNING {HOST_COLUMNS}, budget_hit, "
                 "next_fetch_at - extract(epoch FROM clock_timestamp()), "
                 "retry_after_until - extract(epoch FROM clock_timestamp())",
-                (self.owner,),
+                (self.owner, handed_over),
             )
             row = cur.fetchone()
             if row is None:
@@ -861,15 +931,23 @@ class PostgresDataManager(SQLDataManager):
         return True
 
     def _release_host(self, held: _HeldHost) -> None:
-        """Give a host back: nothing of it is waiting or in progress here."""
+        """Give a host back: nothing of it is in progress here (its claimed pages, if
+        it is handed over, go back to the queue)."""
         with self._transaction() as cur:
             self._save_held(cur, held)
+            if held.queue:
+                cur.execute(
+                    "UPDATE pages SET owner = '' WHERE host = %s AND state = 'waiting' "
+                    "AND owner = %s",
+                    (held.data.host, self.owner),
+                )
             cur.execute(
                 "UPDATE hosts SET owner = '' WHERE host = %s AND owner = %s",
                 (held.data.host, self.owner),
             )
         del self._held[held.data.host]
         self._wake_downloaders = 1 << 16
+        self._stats = None  # the site may be over: the finisher should see it now
 
     @retry_conflicts
     def mark_request_sent(self, host: str) -> None:
@@ -896,6 +974,7 @@ class PostgresDataManager(SQLDataManager):
         if time.monotonic() - self._reaped_at >= self.reap_interval:
             with self._lock:
                 self._reap_dead()
+            self._balance()
         stats = self._stats
         if stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
             return stats
