@@ -21,6 +21,7 @@ import os
 import random
 import re
 import socket
+import threading
 import time
 import uuid
 from collections import Counter, deque
@@ -76,13 +77,19 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE TABLE IF NOT EXISTS counts (
     host TEXT NOT NULL, key TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (host, key)
 );
-CREATE INDEX IF NOT EXISTS skipped_order ON skipped (host, url COLLATE "C");
+CREATE INDEX IF NOT EXISTS skipped_order ON skipped (host, url COLLATE "C")
+    INCLUDE (reason, found_on);
 CREATE INDEX IF NOT EXISTS pages_host ON pages (host, id);
 """
 """What only a shared crawl needs: ids from a sequence, the workers, the counters, and
 the orders the output reads a site in, a chunk at a time (keyset pagination): its
 pages by id, its skipped links by bytes. Without them each chunk reads the rest of
-the site, and writing the output grows faster than the crawl."""
+the site, and writing the output grows faster than the crawl. A site's rows lie all
+over the tables (200 sites crawled at once interleave their pages), so the indexes
+the output reads also carry what it reads of a row (``arcs_host`` its target,
+``skipped_order`` the reason and the page): an index-only scan then reads a chunk
+from a few index pages instead of one table page per row, which is what made the
+output slow down once the crawl outgrew the server's shared buffers."""
 
 
 _INSERT_VALUES = re.compile(
@@ -414,6 +421,7 @@ class PostgresDataManager(SQLDataManager):
         self._reaped_at = -1e9
         self._rotation = 0
         self._analyze_at = ANALYZE_FIRST
+        self._analyzer: threading.Thread | None = None
         """Pages in the crawl at which to ANALYZE its tables next (see _analyze_if_grown)."""
         self._handed_over: dict[str, float] = {}
         """Hosts handed over to other workers, and until when (monotonic) to leave them."""
@@ -516,6 +524,8 @@ class PostgresDataManager(SQLDataManager):
                 self._held.clear()
             self._conn.close()
             self._conn = None
+            if self._analyzer is not None:
+                self._analyzer.join()
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
@@ -539,7 +549,7 @@ class PostgresDataManager(SQLDataManager):
         if now - self._stop_checked_at < self.stop_poll_s:
             return self._stop_seen
         self._stop_checked_at = now
-        with self._reading() as cur:
+        with self._reading(one_statement=True) as cur:
             cur.execute("SELECT value FROM meta WHERE key = 'stop_requested'")
             row = cur.fetchone()
         self._stop_seen = row is not None and float(row[0]) >= self._opened_at
@@ -591,19 +601,19 @@ class PostgresDataManager(SQLDataManager):
         self._wake()
 
     @contextlib.contextmanager
-    def _reading(self) -> Iterator[Cursor]:
-        """A read on a pooled connection, outside this process's lock (see the class)."""
+    def _reading(self, *, one_statement: bool = False) -> Iterator[Cursor]:
+        """A read on a pooled connection, outside this process's lock (see the class).
+        One statement needs no transaction around it (a BEGIN and a COMMIT less)."""
         if self._pool is None:  # a read-only open: its one connection is free
             with self._atomic() as cur:
                 yield cur
             return
-        with (
-            self._storage_errors(),
-            self._pool.connection() as conn,
-            conn.transaction(),
-            conn.cursor() as cur,
-        ):
-            yield cur
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(self._storage_errors())
+            conn = stack.enter_context(self._pool.connection())
+            if not one_statement:
+                stack.enter_context(conn.transaction())
+            yield stack.enter_context(conn.cursor())
 
     @contextlib.contextmanager
     def _storage_errors(self) -> Iterator[None]:
@@ -943,7 +953,7 @@ class PostgresDataManager(SQLDataManager):
 
     @retry_conflicts
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._reading() as cur:
+        with self._reading(one_statement=True) as cur:
             cur.execute(self._sql(query), params)
             return list(cur.fetchall())
 
@@ -971,13 +981,13 @@ class PostgresDataManager(SQLDataManager):
 
     @retry_conflicts
     def hosts(self) -> list[HostData]:
-        with self._reading() as cur:
+        with self._reading(one_statement=True) as cur:
             cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts ORDER BY host")
             return [host_from_row(row) for row in cur.fetchall()]
 
     @retry_conflicts
     def host(self, host: str) -> HostData | None:
-        with self._reading() as cur:
+        with self._reading(one_statement=True) as cur:
             cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s", (host,))
             row = cur.fetchone()
             return host_from_row(row) if row is not None else None
@@ -1224,18 +1234,28 @@ class PostgresDataManager(SQLDataManager):
         page stored; the crawl grew quadratically (measured: 0.5 → 2.4 ms of server
         CPU a page between 1,000 and 3,000 pages). ANALYZE gives the planner the sizes
         and makes every session plan its statements again. One worker runs it; it
-        blocks no reads or writes.
+        blocks no reads or writes, and runs in a thread of its own, since it takes a
+        while on a large crawl (0.75 s at 250,000 pages): no statistics() waits for it.
         """
         if self.read_only or pages < self._analyze_at:
             return
+        if self._analyzer is not None and self._analyzer.is_alive():
+            return
         self._analyze_at = 2 * pages
+        self._analyzer = threading.Thread(target=self._analyze, name="rccrawler-analyze")
+        self._analyzer.start()
+
+    def _analyze(self) -> None:
         tables = ["pages", "urls", "arcs", "skipped", "deep_links", *self.task_tables]
-        with contextlib.suppress(Conflict), self._reading() as cur:
-            cur.execute(
-                "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (f"{self.schema}:analyze",)
-            )
-            if (cur.fetchone() or (False,))[0]:
-                cur.execute(f"ANALYZE {', '.join(tables)}")
+        try:
+            with self._reading() as cur:
+                cur.execute(
+                    "SELECT pg_try_advisory_xact_lock(hashtext(%s))", (f"{self.schema}:analyze",)
+                )
+                if (cur.fetchone() or (False,))[0]:
+                    cur.execute(f"ANALYZE {', '.join(tables)}")
+        except (Conflict, StateError) as exc:  # the crawl goes on with the plans it has
+            logger.info("ANALYZE of the crawl's tables failed: %s", exc)
 
     def set_stop_reason(self, host: str, reason: str) -> None:
         self._stats = None

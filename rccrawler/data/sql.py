@@ -139,7 +139,7 @@ CREATE TABLE IF NOT EXISTS arcs (
     from_id {id} NOT NULL, to_id {id} NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (from_id, to_id)
 ){without_rowid};
-CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
+CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id, to_id);
 CREATE TABLE IF NOT EXISTS deep_links (
     url TEXT NOT NULL, from_id {id} NOT NULL, host TEXT NOT NULL, PRIMARY KEY (url, from_id)
 ){without_rowid};
