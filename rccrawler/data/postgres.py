@@ -1239,7 +1239,9 @@ class PostgresDataManager(SQLDataManager):
             return
         if self._analyzer is not None and self._analyzer.is_alive():
             return
-        self._analyze_at = 2 * pages
+        first, self._analyze_at = self._analyze_at == ANALYZE_FIRST, 2 * pages
+        if first and pages >= 2 * ANALYZE_FIRST:
+            return  # joining (or resuming) a crawl analyzed as it grew: from its size on
         self._analyzer = threading.Thread(target=self._analyze, name="rccrawler-analyze")
         self._analyzer.start()
 
