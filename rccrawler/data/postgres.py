@@ -98,6 +98,10 @@ _INSERT_VALUES = re.compile(
 _LITERAL = re.compile(r"NULL|'[^',]*'")
 _INTEGER = re.compile(r"-?\d+")
 
+LEASE_LOOK_S = (0.02, 0.1)
+"""Seconds between two looks for a host to lease: at first, and at most once every host
+is held by some worker (a dead worker's or a handed-over host is taken that soon)."""
+
 ANALYZE_FIRST = 200
 """Pages in the crawl when its tables are first analyzed (then each time they double)."""
 
@@ -417,6 +421,8 @@ class PostgresDataManager(SQLDataManager):
         self._stop_seen = False
         self._robots_pending = 1
         self._next_try = 0.0
+        self._lease_look = LEASE_LOOK_S[0]
+        """Seconds between two looks for a host to lease (see _lease_host)."""
         """time.monotonic() before which take_for_download need not look for a new host."""
         self._reaped_at = -1e9
         self._rotation = 0
@@ -810,6 +816,7 @@ class PostgresDataManager(SQLDataManager):
             moved += count
         if moved:
             self._wake_downloaders = 1 << 16
+        self._lease_look, self._next_try = LEASE_LOOK_S[0], 0.0  # its hosts are free now
         return moved
 
     def _balance(self) -> None:
@@ -1006,8 +1013,9 @@ class PostgresDataManager(SQLDataManager):
                 return page
             if time.monotonic() < self._next_try:
                 return None
-            self._next_try = time.monotonic() + 0.02
+            self._next_try = time.monotonic() + LEASE_LOOK_S[0]
             if self._lease_host():
+                self._lease_look = LEASE_LOOK_S[0]
                 return self._take_from_held()
             return None
 
@@ -1118,6 +1126,11 @@ class PostgresDataManager(SQLDataManager):
             )
             row = cur.fetchone()
             if row is None:
+                if not self._robots_pending:
+                    # Every host is known and held: look again less often, up to 0.1 s
+                    # (a transaction each time), until one is leased again.
+                    self._lease_look = min(LEASE_LOOK_S[1], 2 * self._lease_look)
+                    self._next_try = time.monotonic() + self._lease_look
                 return False
             data = host_from_row(row[:-3])
             # From the database's clock to this process's (see _now).
