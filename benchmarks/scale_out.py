@@ -13,14 +13,18 @@ per host (never above max_downloads_at_time) and URLs requested twice (none).
 The wall time counts each worker's start (about 0.6 s of imports, longer when the
 workers start together on a busy machine) and the output, written once at the end.
 The crawl phase, from the first request the server saw to the end of the last, is
-the part more workers can speed up; it is printed too, with its own speed-up. So are
-the CPU seconds of all the workers together (user + system, medians): the figure a
-loaded machine disturbs least, and what the workers' share of the cores limits.
+the part more workers can speed up; it is printed too, with its own speed-up, and so
+are the two parts around it: start-up (until the first request) and the end (from
+the last answer until the last worker exits: seeing that the crawl is over, and the
+elected worker's output). So are the CPU seconds of all the workers together (user
++ system, medians): the figure a loaded machine disturbs least, and what the
+workers' share of the cores limits. The machine's load average is printed with them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -69,7 +73,11 @@ def workers_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def crawl(folder: Path, hosts: list[str], resolve: dict[str, str], workers: int) -> float:
+def crawl(
+    folder: Path, hosts: list[str], resolve: dict[str, str], workers: int
+) -> tuple[float, float]:
+    """Run ``workers`` worker processes on one new crawl: (when they started, when the
+    last one ended), in time.monotonic()."""
     folder.mkdir(parents=True)
     settings = {
         "sites": hosts, "storage": PG_URL, "name": f"scale-{uuid.uuid4().hex}",
@@ -91,9 +99,9 @@ def crawl(folder: Path, hosts: list[str], resolve: dict[str, str], workers: int)
     for proc in procs:
         if proc.wait(timeout=600) != 0:
             sys.exit(f"scale_out: a worker exited with {proc.returncode}")
-    elapsed = time.monotonic() - started
+    ended = time.monotonic()
     discard_storage(load_settings(config)[1])
-    return elapsed
+    return started, ended
 
 
 def main() -> int:
@@ -110,6 +118,8 @@ def main() -> int:
     times: dict[int, list[float]] = {n: [] for n in args.workers}
     phases: dict[int, list[float]] = {n: [] for n in args.workers}
     cpu: dict[int, list[float]] = {n: [] for n in args.workers}
+    starts: dict[int, list[float]] = {n: [] for n in args.workers}
+    ends: dict[int, list[float]] = {n: [] for n in args.workers}
     peaks: dict[int, int] = {n: 0 for n in args.workers}
     twice: dict[int, int] = {n: 0 for n in args.workers}
     with serve_sites(sites) as server, tempfile.TemporaryDirectory() as tmp:
@@ -119,38 +129,47 @@ def main() -> int:
                 server.peak_in_flight.clear()
                 folder = Path(tmp) / f"r{round_}w{workers}"
                 before = workers_cpu()
-                times[workers].append(crawl(folder, hosts, server.resolve, workers))
+                started, ended = crawl(folder, hosts, server.resolve, workers)
+                times[workers].append(ended - started)
                 cpu[workers].append(workers_cpu() - before)
                 paths = Counter((hit.host, hit.path) for hit in server.hits)
                 arrivals = [hit.at for hit in server.hits]
                 phases[workers].append(max(arrivals) - min(arrivals) + args.latency)
+                # Start-up: until the first request; the end: from the last answer to
+                # the last worker's exit (seeing the crawl is over, the elected unload).
+                starts[workers].append(min(arrivals) - started)
+                ends[workers].append(ended - max(arrivals) - args.latency)
                 pages = sum(1 for (_h, p) in paths if p != "/robots.txt")
                 if pages != total:
                     sys.exit(f"scale_out: {pages} pages fetched, not {total}")
                 twice[workers] += sum(1 for n in paths.values() if n > 1)
                 peaks[workers] = max(peaks[workers], max(server.peak_in_flight.values()))
-                print(f"round {round_ + 1}: {workers} workers {times[workers][-1]:.2f} s, "
-                      f"crawl phase {phases[workers][-1]:.2f} s, workers' CPU "
-                      f"{cpu[workers][-1]:.2f} s", flush=True)  # fmt: skip
+                print(f"round {round_ + 1}: {workers} workers {times[workers][-1]:.2f} s: start-up "
+                      f"{starts[workers][-1]:.2f} s, crawl phase {phases[workers][-1]:.2f} s, end "
+                      f"{ends[workers][-1]:.2f} s; workers' CPU {cpu[workers][-1]:.2f} s",
+                      flush=True)  # fmt: skip
     base = statistics.median(times[args.workers[0]])
     phase_base = statistics.median(phases[args.workers[0]])
     print(f"\n{args.hosts} hosts x {args.pages} pages, {args.latency * 1000:.0f} ms answers, "
           f"{THREADS} downloading threads a worker, max_downloads_at_time {MAX_DOWNLOADS}, "
-          f"medians of {args.rounds} interleaved rounds")  # fmt: skip
+          f"medians of {args.rounds} interleaved rounds, load average "
+          f"{' '.join(f'{n:.1f}' for n in os.getloadavg())} at the end")  # fmt: skip
     print(
-        "| workers | seconds (range) | pages/s (range) | speed-up | crawl phase s (range) | "
-        "its pages/s | its speed-up | workers' CPU s | peak in flight per host | "
-        "URLs fetched twice |"
+        "| workers | seconds (range) | pages/s (range) | speed-up | start-up s | "
+        "crawl phase s (range) | its pages/s | its speed-up | end s | workers' CPU s | "
+        "peak in flight per host | URLs fetched twice |"
     )
-    print("|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for workers in args.workers:
         runs, crawling = times[workers], phases[workers]
         med, phase = statistics.median(runs), statistics.median(crawling)
         print(f"| {workers} | {med:.2f} ({min(runs):.2f}–{max(runs):.2f}) | {total / med:.0f} "
               f"({total / max(runs):.0f}–{total / min(runs):.0f}) | {base / med:.2f}× | "
+              f"{statistics.median(starts[workers]):.2f} | "
               f"{phase:.2f} ({min(crawling):.2f}–{max(crawling):.2f}) | {total / phase:.0f} | "
-              f"{phase_base / phase:.2f}× | {statistics.median(cpu[workers]):.2f} | "
-              f"{peaks[workers]} | {twice[workers]} |")  # fmt: skip
+              f"{phase_base / phase:.2f}× | {statistics.median(ends[workers]):.2f} | "
+              f"{statistics.median(cpu[workers]):.2f} | "
+              f"{peaks[workers]} (limit {MAX_DOWNLOADS}) | {twice[workers]} |")  # fmt: skip
     return 0
 
 

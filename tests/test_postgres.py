@@ -28,7 +28,7 @@ from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
 from rccrawler.data.postgres import PostgresDataManager, schema_for
-from rccrawler.records import DownloadResult, HostData
+from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
 TESTS = Path(__file__).parent
 
@@ -140,33 +140,53 @@ def test_three_workers_keep_the_host_limit(serve, pg_crawler):
     assert server.peak_in_flight["a.test"] <= 2
 
 
+def live_worker_rows(path: Path) -> int:
+    """Workers that joined the crawl of these settings and did not leave (its table)."""
+    from rccrawler.manager import load_settings
+
+    _manager_cls, settings = load_settings(path)
+    with psycopg.connect(settings.storage, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'workers'",
+            (schema_for(settings.crawl_name),),
+        ).fetchone()
+        if not row or not row[0]:
+            return 0
+        conn.execute(f"SET search_path TO {schema_for(settings.crawl_name)}")
+        return int((conn.execute("SELECT count(*) FROM workers").fetchone() or (0,))[0])
+
+
 def test_a_killed_worker_s_pages_are_taken_over_at_once(serve, pg_crawler):
-    site = generated_site("a.test", 120, fanout=4)
-    slow = {p: Resource(r.body, r.status, r.headers, delay=0.1) for p, r in site.items()}
+    site = generated_site("a.test", 200, fanout=4)
+    slow = {p: Resource(r.body, r.status, r.headers, delay=0.15) for p, r in site.items()}
     server = serve({"a.test": slow})
     path = worker_settings(pg_crawler, server, 4, 1, max_downloads_at_time=4)
     (victim,) = start_workers(path, 1)
     server.wait_for_hits(12, "a.test", timeout=20, alive=lambda: victim.poll() is None)
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate(timeout=5)  # reaps it and closes its pipe
-    killed_at = time.monotonic()
+    # The others are up before the kill (they wait: the victim holds the only host),
+    # so what is measured is the takeover, not how long a worker takes to start.
     survivors = start_workers(path, 2)
+    assert wait_until(lambda: live_worker_rows(path) == 3, timeout=60, interval=0.05)
+    victim.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    victim.communicate(timeout=5)  # reaps it and closes its pipe
     wait_all(survivors)
     hits = server.hits_for("a.test")
     before = Counter(h.path for h in hits if h.at <= killed_at)
     again = Counter(h.path for h in hits if h.at > killed_at)
+    assert again, "the crawl was over before the kill"
     twice = [p for p in again if before[p]]
     assert twice, "the killed worker had nothing in flight"
     # Only what was in flight or waiting for a parser in the dead worker is fetched
     # again: at most (downloading + parsing threads) x 2 pages.
     assert len(twice) <= (4 + 1) * 2, twice
     assert max((before + again).values()) == 2
-    # Its connection went with it, and with it its advisory lock: taken over at once,
-    # not after a lease timeout.
+    # Its connection went with it, and with it its advisory lock: taken over at once
+    # (the survivors look every 0.5 s), not after a lease timeout.
     first_again = min(h.at for h in hits if h.at > killed_at and h.path in twice)
     assert first_again - killed_at < 5.0
     nodes, _arcs = graph_by_url(load_result(path), "a.test")
-    assert len(nodes) == 120
+    assert len(nodes) == 200
 
 
 def test_stop_resume_identity_and_fresh(serve, pg_crawler):
@@ -327,9 +347,10 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
 
         writer = threading.Thread(target=store)
         with other.transaction():
-            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
+            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
             writer.start()
-            # The worker updates its page's row, then waits for the counters locked here.
+            # The worker's write is one statement: it changes the counters' rows, then
+            # waits for its page's row, locked here.
             waiting = (
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
                 "WHERE %s = ANY(pg_blocking_pids(pid)))"
@@ -338,11 +359,11 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
                 lambda: (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0],
                 timeout=30, interval=0.005,
             ), "the worker's write never waited"  # fmt: skip
-            # This session now waits for the page's row: each waits for the other.
-            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
+            # This session now waits for the counters: each waits for the other.
+            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
         writer.join(30)
         assert not writer.is_alive() and not failures, failures
-        # Once at least: the write run again may win the page's row before this session
+        # Once at least: the write run again may win the counters before this session
         # and meet the same deadlock again; the backoff lets this session through then.
         assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"
         # Stored once, and what lives in memory moved once: one body waits for a parser.
@@ -358,3 +379,64 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
         other.close()
         data.close()
         PostgresDataManager.drop(postgresql, data.schema)
+
+
+def take_when_due(data: PostgresDataManager) -> PageData | None:
+    """take_for_download() once the worker would look for a new host again (it looks at
+    most every 20 ms): a None must come from the crawl, not from that pause."""
+    wait_until(lambda: time.monotonic() >= data._next_try, timeout=5, interval=0.005)
+    return data.take_for_download()
+
+
+def hosts_of(conn: psycopg.Connection[Any], owner: str) -> set[str]:
+    rows = conn.execute("SELECT host FROM hosts WHERE owner = %s", (owner,)).fetchall()
+    return {host for (host,) in rows}
+
+
+def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
+    """The first worker up leases every host its threads will take; a worker joining
+    later would idle to the end. So the one holding more hosts than its threads can
+    serve hands one over: no new page of it goes out, and once its pages in progress
+    are stored, the host is the newcomer's."""
+    schema = schema_for(f"balance-{uuid.uuid4().hex}")
+    first = PostgresDataManager(postgresql, schema, download_slots=8)
+    first.open()
+    second = PostgresDataManager(postgresql, schema, download_slots=8)
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = ["h0.test", "h1.test", "h2.test"]
+        for host in hosts:
+            site = HostData(host=host, crawl_delay=0.0, max_downloads_at_time=4)
+            first.add_site(site, f"http://{host}/", f"http://{host}/")
+            assert first.take_robots() is not None
+            first.store_robots(host, 404, "", None, blocked=False)
+            urls = [f"http://{host}/{n}" for n in range(10)]
+            first.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+        # Alone, the first worker takes all three hosts (3 x 4 requests for 8 threads).
+        taken = [page for page in iter(lambda: take_when_due(first), None)]
+        assert hosts_of(conn, first.owner) == set(hosts)
+        assert Counter(page.host for page in taken) == {host: 4 for host in hosts}
+        second.open()
+        first.statistics()  # its look for dead workers, and at how the hosts are shared
+        for page in taken:
+            first.store_download(page.id, DownloadResult(status=404), "")
+        # The host it hands over gets no new request from it...
+        again = [page for page in iter(lambda: take_when_due(first), None)]
+        kept = hosts_of(conn, first.owner)
+        assert len(kept) == 2 and {page.host for page in again} == kept
+        # ...and is leased by the worker that had none.
+        (given,) = set(hosts) - kept
+        page = take_when_due(second)
+        assert page is not None and page.host == given
+        assert hosts_of(conn, second.owner) == {given}
+        # Nothing was lost on the way: every page is still waiting, in flight or failed.
+        states = dict(conn.execute("SELECT state, count(*) FROM pages GROUP BY state").fetchall())
+        assert states["error"] == 12 and states["running"] == len(again) + 1
+        assert sum(states.values()) == 3 * 11
+    finally:
+        conn.close()
+        second.close()
+        first.close()
+        PostgresDataManager.drop(postgresql, schema)

@@ -141,7 +141,7 @@ CREATE TABLE IF NOT EXISTS arcs (
     from_id {id} NOT NULL, to_id {id} NOT NULL, host TEXT NOT NULL,
     PRIMARY KEY (from_id, to_id)
 ){without_rowid};
-CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id);
+CREATE INDEX IF NOT EXISTS arcs_host ON arcs (host, from_id, to_id);
 CREATE TABLE IF NOT EXISTS deep_links (
     url TEXT NOT NULL, from_id {id} NOT NULL, host TEXT NOT NULL, PRIMARY KEY (url, from_id)
 ){without_rowid};
@@ -154,6 +154,8 @@ CREATE TABLE IF NOT EXISTS skipped (
 """Every table of a crawl, in any dialect: ``{float}``, ``{id}``… come from its type map."""
 
 _QUEUED = "state = 'waiting'"
+CHUNK = 2000
+"""Rows the output reads at a time (keyset pagination); a shorter chunk is the last."""
 
 
 class Cursor(Protocol):
@@ -1094,13 +1096,13 @@ class SQLDataManager(DataManager):
         while True:
             rows = self._read(
                 f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = ? AND id > ? "
-                "ORDER BY id LIMIT 2000",
+                f"ORDER BY id LIMIT {CHUNK}",
                 (host, last),
             )
-            if not rows:
-                return
             for row in rows:
                 yield page_from_row(row)
+            if len(rows) < CHUNK:
+                return  # a short chunk is the last: no query for an empty one
             last = int(rows[-1][0])
 
     def iter_arcs(self, host: str) -> Iterator[PageArc]:
@@ -1119,16 +1121,18 @@ class SQLDataManager(DataManager):
         last_from = 0
         while True:
             # Page through whole source pages so DISTINCT stays exact.
-            bound = self._read(
-                "SELECT max(from_id) FROM (SELECT DISTINCT from_id FROM arcs "
+            bound, sources = self._read(
+                "SELECT max(from_id), count(*) FROM (SELECT DISTINCT from_id FROM arcs "
                 "WHERE host = ? AND from_id > ? ORDER BY from_id LIMIT 200) AS chunk",
                 (host, last_from),
-            )[0][0]
+            )[0]
             if bound is None:
                 return
             # Rows are (int, int): PageArc._make builds the record without a Python
             # call per id (PageId is only a name for int).
             yield from map(PageArc._make, self._read(query, (host, last_from, bound)))
+            if sources < 200:
+                return
             last_from = bound
 
     def iter_raw_arcs(self, host: str) -> Iterator[PageArc]:
@@ -1137,12 +1141,12 @@ class SQLDataManager(DataManager):
             rows = self._read(
                 "SELECT from_id, to_id FROM arcs WHERE host = ? "
                 "AND (from_id > ? OR (from_id = ? AND to_id > ?)) "
-                "ORDER BY from_id, to_id LIMIT 2000",
+                f"ORDER BY from_id, to_id LIMIT {CHUNK}",
                 (host, last[0], last[0], last[1]),
             )
-            if not rows:
-                return
             yield from map(PageArc._make, rows)
+            if len(rows) < CHUNK:
+                return
             last = (int(rows[-1][0]), int(rows[-1][1]))
 
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
@@ -1155,15 +1159,15 @@ class SQLDataManager(DataManager):
                 "SELECT s.url, s.reason, coalesce(p.normalized_url, ''), "
                 "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) FROM "
                 f"(SELECT url, reason, found_on FROM skipped WHERE host = ? AND url{order} > ? "
-                f"ORDER BY url{order} LIMIT 2000) s "
+                f"ORDER BY url{order} LIMIT {CHUNK}) s "
                 f"LEFT JOIN pages p ON p.id = s.found_on ORDER BY s.url{order}",
                 (host, last),
             )
-            if not rows:
-                return
             for url, reason, found_on, known in rows:
                 if not known:
                     yield url, reason, found_on
+            if len(rows) < CHUNK:
+                return
             last = rows[-1][0]
 
 
