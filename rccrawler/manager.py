@@ -25,7 +25,7 @@ from rccrawler.state import STOP_FILE, SavedCookies, StateLock, discard_state_fi
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
-from rccrawler.unloaders import ReportUnloader, ResultUnloader
+from rccrawler.unloaders import ReportUnloader, ResultUnloader, release_shared
 from rccrawler.web.fetch import Fetcher
 from rccrawler.web.traps import QueryVariantLimit
 from rccrawler.web.urls import host_of, normalize_url, request_url
@@ -408,20 +408,23 @@ class ApplicationManager:
             logger.error("cannot write the output directory %s: %s", self.settings.output_dir, exc)
             self.unload_failures.append(f"cannot write {self.settings.output_dir}: {exc}")
             return self.unload_failures
-        for cls in self.unloader_classes:
-            unloader = None
-            try:
-                unloader = cls(self.context, self.finisher)
-                files = unloader.unload()
-            except Exception as exc:
-                logger.exception("unloader %s failed", cls.__name__)
-                self.unload_failures.append(f"{cls.__name__} failed: {exc}")
-                continue
-            finally:
-                if unloader is not None:
-                    self.unload_failures += unloader.failures
-            if unloader.report is not None:
-                self.report = unloader.report
-            for path in files:
-                logger.info("wrote %s", path)
+        try:
+            for cls in self.unloader_classes:
+                unloader = None
+                try:
+                    unloader = cls(self.context, self.finisher)
+                    files = unloader.unload()
+                except Exception as exc:
+                    logger.exception("unloader %s failed", cls.__name__)
+                    self.unload_failures.append(f"{cls.__name__} failed: {exc}")
+                    continue
+                finally:
+                    if unloader is not None:
+                        self.unload_failures += unloader.failures
+                if unloader.report is not None:
+                    self.report = unloader.report
+                for path in files:
+                    logger.info("wrote %s", path)
+        finally:
+            release_shared(self.context)  # the sites read once for all the unloaders
         return self.unload_failures

@@ -10,8 +10,10 @@ import os
 import tempfile
 import threading
 import weakref
+from array import array
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -186,6 +188,100 @@ def page_skip_reason(page: PageData) -> str:
     return ""
 
 
+SHARED_SITE_PAGES = 100_000
+"""Pages of a crawl's sites read once for all its unloaders (:func:`site_pages`,
+:func:`site_arcs`, :func:`site_skipped`), kept in memory while they run: about 0.5 KB
+a page, 16 bytes an arc. The sites beyond this many pages, counted from the first one
+read, are read again by each unloader, so writing the output never takes memory in
+proportion to the crawl."""
+
+
+def _site_is_shared(context: CrawlContext, host: str) -> bool:
+    """Whether a site's reads are shared: it is one of the first sites read, within
+    :data:`SHARED_SITE_PAGES` pages in all (decided once per site)."""
+
+    def decide() -> bool:
+        stats = next((h for h in context.data.statistics().hosts if h.host == host), None)
+        if stats is None:
+            return False
+        pages = stats.waiting + stats.running + stats.downloaded + stats.done
+        pages += stats.errors + stats.skipped + stats.duplicates
+        with _shared_lock:
+            held = _shared.setdefault(context, {})
+            budget = held.get(("pages budget", ""), SHARED_SITE_PAGES)
+            if pages > budget:
+                return False
+            held[("pages budget", "")] = budget - pages
+            return True
+
+    return shared_result(context, "shared", host, decide)
+
+
+def site_pages(context: CrawlContext, host: str) -> Iterable[PageData]:
+    """A site's pages in id order, for an unloader: the reports, the graph files and the
+    link analysis each go over them, and a small site is read from storage only once
+    (see :data:`SHARED_SITE_PAGES`). The records are shared: do not change them."""
+    if not _site_is_shared(context, host):
+        return context.data.iter_pages(host)
+    return shared_result(context, "pages", host, lambda: list(context.data.iter_pages(host)))
+
+
+@dataclass(frozen=True, slots=True)
+class SiteArcs:
+    """The arcs of a site's graph (:func:`graph_arcs`), as one read of them found them."""
+
+    sources: array[int]
+    targets: array[int]
+    self_links: int
+    """Links of a page to itself, left out of the graph."""
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __iter__(self) -> Iterator[PageArc]:
+        return map(PageArc._make, zip(self.sources, self.targets, strict=True))
+
+
+def site_arcs(context: CrawlContext, host: str) -> Iterable[PageArc]:
+    """The arcs of a site's graph (:func:`graph_arcs`), read once for all the unloaders of
+    a small site (a :class:`SiteArcs`), else streamed from storage for each caller."""
+    if not _site_is_shared(context, host):
+        return graph_arcs(context.data, host)
+    return shared_result(context, "arcs", host, lambda: _read_arcs(context.data, host))
+
+
+def _read_arcs(data: DataManager, host: str) -> SiteArcs:
+    sources, targets = array("q"), array("q")
+    self_links = [0]
+    for source, target in graph_arcs(data, host, self_links):
+        sources.append(source)
+        targets.append(target)
+    return SiteArcs(sources, targets, self_links[0])
+
+
+def count_arcs(context: CrawlContext, host: str) -> tuple[int, int]:
+    """How many arcs a site's graph has, and how many self-links were left out of it."""
+    graph = site_arcs(context, host)
+    if isinstance(graph, SiteArcs):
+        return len(graph), graph.self_links
+    self_links = [0]
+    return sum(1 for _arc in graph_arcs(context.data, host, self_links)), self_links[0]
+
+
+def site_skipped(context: CrawlContext, host: str) -> Iterable[tuple[str, str, str]]:
+    """A site's links that never became pages (``DataManager.iter_skipped``), read once
+    for all the unloaders of a small site, else streamed for each caller."""
+    if not _site_is_shared(context, host):
+        return context.data.iter_skipped(host)
+    return shared_result(context, "skipped", host, lambda: list(context.data.iter_skipped(host)))
+
+
+def release_shared(context: CrawlContext) -> None:
+    """Forget what the unloaders of a crawl shared (the manager calls it once they ran)."""
+    with _shared_lock:
+        _shared.pop(context, None)
+
+
 def graph_arcs(
     data: DataManager, host: str, self_links: list[int] | None = None
 ) -> Iterator[PageArc]:
@@ -214,15 +310,16 @@ def site_counts(
     """One site's figures in report.json; each is defined once, in the README's "What it
     writes", and ``status --json`` and the files agree with it."""
     data = context.data
-    skipped: Counter[str] = Counter(reason for _url, reason, _on in data.iter_skipped(host.host))
+    skipped: Counter[str] = Counter(
+        reason for _url, reason, _on in site_skipped(context, host.host)
+    )
     truncated = 0
-    for page in data.iter_pages(host.host):
+    for page in site_pages(context, host.host):
         reason = page_skip_reason(page)
         if reason:
             skipped[reason] += 1
         truncated += page.truncated
-    self_links = [0]
-    arcs = sum(1 for _arc in graph_arcs(data, host.host, self_links))
+    arcs, self_links = count_arcs(context, host.host)
     end = host.finished_at or data.statistics().taken_at
     return {
         "pages_done": host.done,
@@ -232,7 +329,7 @@ def site_counts(
         "skipped": sum(skipped.values()),
         "skipped_by_reason": dict(sorted(skipped.items())),
         "arcs": arcs,
-        "self_links": self_links[0],
+        "self_links": self_links,
         "truncated": truncated,
         "waiting": host.waiting,
         "bytes": host.bytes,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections import Counter
 
@@ -370,3 +371,33 @@ def test_trailing_slash_option_is_one_identity_rule_for_the_whole_crawl(serve, c
     assert graph.urls == {"http://a.test/", "http://a.test/guide/"}
     paths = server.paths_for("a.test")
     assert paths.count("/guide") + paths.count("/guide/") == 1  # one identity, one request
+
+
+def test_the_files_are_the_same_whether_the_unloaders_share_their_reads_or_not(
+    serve, crawler, monkeypatch
+):
+    """A small site is read once for all the unloaders, a large one by each in turn: both
+    ways write the same bytes (and report.json the same figures)."""
+    from rccrawler import unloaders
+    from rccrawler.commands.export import export_command
+
+    site = generated_site("a.test", 300, fanout=6)
+    server = serve({"a.test": {**site, "/p/5": html("/p/5", "/p/6", "/elsewhere")}})
+    result = crawler.run(["a.test"], server.resolve)
+    config = crawler.settings_file(["a.test"], server.resolve)
+    written = {}
+    for budget in (unloaders.SHARED_SITE_PAGES, 0):
+        monkeypatch.setattr(unloaders, "SHARED_SITE_PAGES", budget)
+        assert export_command(str(config)) == 0
+        written[budget] = {
+            path.name: path.read_bytes()
+            for path in result.output_dir.iterdir()
+            if path.name not in ("report.json", "report.html")  # they say when they were made
+        }
+        report = json.loads((result.output_dir / "report.json").read_text())
+        written[budget]["counts"] = json.dumps(report["sites"]["a.test"]["skipped_by_reason"])
+        written[budget]["arcs"] = json.dumps(
+            [report["sites"]["a.test"][key] for key in ("arcs", "self_links", "truncated")]
+        )
+    assert written[0] == written[unloaders.SHARED_SITE_PAGES]
+    assert {"a.test.nodes.csv", "a.test.arcs.csv", "a.test.graphml"} <= set(written[0])

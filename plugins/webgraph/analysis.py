@@ -15,7 +15,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from rccrawler.unloaders import shared_result
+from rccrawler.unloaders import shared_result, site_arcs, site_pages
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -138,12 +138,11 @@ def site_analysis(context: CrawlContext, host: str) -> LinkAnalysis:
     """The link analysis of one site of a finished crawl, computed once per crawl
     (the CSV, GraphML and HTML unloaders all need it)."""
     from plugins.webgraph.unloaders import is_node  # it imports this module
-    from rccrawler.unloaders import graph_arcs
 
     def compute() -> LinkAnalysis:
-        data = context.data
         # A duplicate is not a node of its own: its links count for the page it duplicates.
-        nodes = (p.id for p in data.iter_pages(host) if is_node(p) and p.replace_id is None)
-        return analyse(nodes, graph_arcs(data, host))  # the arcs of H.arcs.csv
+        pages = site_pages(context, host)
+        nodes = (p.id for p in pages if is_node(p) and p.replace_id is None)
+        return analyse(nodes, site_arcs(context, host))  # the arcs of H.arcs.csv
 
     return shared_result(context, "webgraph.analysis", host, compute)

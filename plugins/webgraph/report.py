@@ -26,6 +26,7 @@ from rccrawler.unloaders import (
     atomic_write,
     build_report,
     shared_result,
+    site_pages,
 )
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class HtmlReportUnloader(ResultUnloader):
         top = analysis.top(TOP_PAGES)
         urls: dict[int, str] = {}
         wanted = {page_id for page_id, _, _ in top}
-        for page in self.data.iter_pages(host):
+        for page in site_pages(self.context, host):
             charts.add(page)
             if page.id in wanted:
                 urls[page.id] = page.normalized_url

@@ -12,9 +12,11 @@ from rccrawler.records import PageData, PageState
 from rccrawler.unloaders import (
     ResultUnloader,
     atomic_write,
-    graph_arcs,
     host_file_stem,
     page_skip_reason,
+    site_arcs,
+    site_pages,
+    site_skipped,
 )
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ def is_node(page: PageData) -> bool:
 
 
 def graph_nodes(unloader: ResultUnloader, host: str) -> Iterator[PageData]:
-    return (page for page in unloader.data.iter_pages(host) if is_node(page))
+    return (page for page in site_pages(unloader.context, host) if is_node(page))
 
 
 class CsvGraphUnloader(ResultUnloader):
@@ -62,7 +64,7 @@ class CsvGraphUnloader(ResultUnloader):
         with atomic_write(arcs, newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(("from", "to"))
-            for source, target in graph_arcs(self.data, host.host):
+            for source, target in site_arcs(self.context, host.host):
                 out_degree[source] += 1
                 writer.writerow((source, target))
         nodes = self.output_dir / f"{stem}.nodes.csv"
@@ -117,7 +119,7 @@ class GraphMLUnloader(ResultUnloader):
                     f'<data key="status">{page.http_status}</data>'
                     f"{_link_data(analysis, page)}{duplicate}</node>\n"
                 )
-            for number, (source, target) in enumerate(graph_arcs(self.data, host.host)):
+            for number, (source, target) in enumerate(site_arcs(self.context, host.host)):
                 handle.write(f'    <edge id="e{number}" source="n{source}" target="n{target}"/>\n')
             handle.write("  </graph>\n</graphml>\n")
         return [path]
@@ -138,11 +140,11 @@ class SkippedUnloader(ResultUnloader):
             writer.writerow(("url", "reason", "found_on"))
             # Pages that were queued but ended without being nodes, then links
             # that never became pages; the DataManager keeps both unique.
-            for page in self.data.iter_pages(host.host):
+            for page in site_pages(self.context, host.host):
                 reason = page_skip_reason(page)
                 if reason:
                     writer.writerow((page.normalized_url, reason, page.referer))
-            writer.writerows(self.data.iter_skipped(host.host))
+            writer.writerows(site_skipped(self.context, host.host))
         return [path]
 
 
