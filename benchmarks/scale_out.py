@@ -89,18 +89,20 @@ def crawl(
     config = folder / "settings.yaml"
     config.write_text(yaml.safe_dump(settings))
     started = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"],
-            stdout=subprocess.DEVNULL,
-        )
-        for _ in range(workers)
-    ]
-    for proc in procs:
-        if proc.wait(timeout=600) != 0:
-            sys.exit(f"scale_out: a worker exited with {proc.returncode}")
-    ended = time.monotonic()
-    discard_storage(load_settings(config)[1])
+    try:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"],
+                stdout=subprocess.DEVNULL,
+            )
+            for _ in range(workers)
+        ]
+        for proc in procs:
+            if proc.wait(timeout=600) != 0:
+                sys.exit(f"scale_out: a worker exited with {proc.returncode}")
+        ended = time.monotonic()
+    finally:
+        discard_storage(load_settings(config)[1])  # its schema, even when a worker failed
     return started, ended
 
 
