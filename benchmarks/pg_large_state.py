@@ -55,12 +55,13 @@ def timed(call: Callable[[], object], repeat: int) -> tuple[float, float, float]
 
 def build(settings_path: Path, pages: int, hosts: int) -> PostgresDataManager:
     _cls, settings = load_settings(settings_path)
+    url = str(settings.storage)
     data = create_storage(settings)
     assert isinstance(data, PostgresDataManager)
     data.open()  # creates the crawl's schema
     data.check_identity("plugins.webgraph.manager.WebGraphManager")
     per_host = pages // hosts
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"SET search_path TO {data.schema}")
         conn.execute(
             "INSERT INTO hosts (host, scheme, base, crawl_delay, min_crawl_delay, "
@@ -105,11 +106,11 @@ def build(settings_path: Path, pages: int, hosts: int) -> PostgresDataManager:
 
 
 def measure(
-    pages: int, hosts: int, repeat: int, folder: Path, *, output: bool = True
+    pages: int, hosts: int, repeat: int, folder: Path, *, output: bool = True, url: str = PG_URL
 ) -> dict[str, tuple[float, ...]]:
     config = folder / f"settings-{pages}.yaml"
     config.write_text(yaml.safe_dump({
-        "sites": ["h0.test"], "storage": PG_URL, "name": f"large-{uuid.uuid4().hex}",
+        "sites": ["h0.test"], "storage": url, "name": f"large-{uuid.uuid4().hex}",
         "state_dir": str(folder / f"state-{pages}"), "output_dir": str(folder / f"out-{pages}"),
     }))  # fmt: skip
     _cls, settings = load_settings(config)
@@ -144,7 +145,7 @@ def measure(
             # progress: its lock key is free, so the next look finds it dead.
             dead = uuid.uuid4().hex
             held = [f"h{n}.test" for n in range(4, 200, 5)][:hosts]  # sites with waiting pages
-            with psycopg.connect(PG_URL, autocommit=True) as conn:
+            with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(f"SET search_path TO {data.schema}")
                 conn.execute("INSERT INTO workers VALUES (%s, 424242, 'gone', 1, 0)", (dead,))
                 conn.execute("UPDATE hosts SET owner = %s WHERE host = ANY(%s)", (dead, held))
@@ -210,12 +211,14 @@ def main() -> int:
     parser.add_argument(
         "--no-output", action="store_true", help="skip writing the output (minutes at 1M pages)"
     )
+    parser.add_argument("--storage", default=PG_URL, help="the PostgreSQL database to use")
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for pages in args.pages:
             results[pages] = measure(
-                pages, args.hosts, args.repeat, Path(tmp), output=not args.no_output
+                pages, args.hosts, args.repeat, Path(tmp), output=not args.no_output,
+                url=args.storage,
             )
     print(f"\n| call | {' | '.join(f'{p:,} pages' for p in args.pages)} |")
     print("|---|" + "---:|" * len(args.pages))

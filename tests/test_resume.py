@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from crawling import CrawlRunner, page_states, state_snapshot
-from support.loopback import Resource
+from support.loopback import Request, Resource, StaticResource
 from support.sites import generated_site
 
 # A test that uses `crawler` runs on SQLite and on PostgreSQL; those that build their own
@@ -181,15 +182,27 @@ def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_si
 
 
 def test_a_second_process_on_the_same_state_refuses(serve, tmp_path):
-    site = generated_site("a.test", 60, fanout=4)
-    server = serve({"a.test": site})
+    site = dict(generated_site("a.test", 60, fanout=4))
+    # The first crawl cannot end while the second runs: one of its pages is answered only
+    # once the second process is over (a loaded machine once let it finish first).
+    held_path = next(path for path in reversed(site) if path not in ("/", "/robots.txt"))
+    held, released = site[held_path], threading.Event()
+
+    def held_page(_request: Request) -> StaticResource:
+        released.wait(timeout=60)
+        return held
+
+    server = serve({"a.test": {**site, held_path: held_page}})
     # SQLite only: its state_dir lock refuses a second process; PostgreSQL shares a crawl
     # between processes by design (test_postgres.py runs several workers).
     runner = CrawlRunner(tmp_path)
     config = runner.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 20})
     first = spawn(config)
-    wait_for_hits(server, 5, first)
-    second = run(config)
+    try:
+        wait_for_hits(server, 5, first)
+        second = run(config)
+    finally:
+        released.set()
     assert second.returncode == 2
     assert "in use by pid" in second.stderr and len(second.stderr.strip().splitlines()) == 1
     _out, err = first.communicate(timeout=60)
