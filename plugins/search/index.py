@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from plugins.search.content import Content
 from plugins.search.processing import WORD
@@ -107,6 +107,8 @@ MAX_EXPANSION = 500
 BATCH = 1_024
 """Pages per row of a posting list (and per read of the pages when deriving them)."""
 
+Number = TypeVar("Number", int, float)
+
 _U32 = next(code for code in "IL" if array(code).itemsize == 4)
 _CODES = {2: "H", 4: _U32}
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -151,7 +153,7 @@ def decode_positions(data: bytes, limit: int | None = None) -> list[int]:
         return []
     width = data[0]
     end = len(data) if limit is None else 1 + width * limit
-    return list(_unpack(_CODES[width], data[1:end]))
+    return _unpack(_CODES[width], data[1:end]).tolist()
 
 
 def _segments(blob: bytes, counts: Sequence[int]) -> Iterator[bytes]:
@@ -245,13 +247,13 @@ def _words(text: str) -> list[str]:
     return [word.lower() for word in WORD.findall(text)]
 
 
-def _add_weights(total: dict[str, float], more: dict[str, float]) -> dict[str, float]:
-    """Sum two fields' term weights, looping over the smaller (a sum is exact either way
-    round, so every term gets the same float as field by field)."""
+def _add(total: dict[str, Number], more: dict[str, Number]) -> dict[str, Number]:
+    """Sum two fields' term weights (or counts), looping over the smaller one (a sum is
+    exact either way round, so every term gets the same float as field by field)."""
     if len(more) > len(total):
         total, more = more, total
-    for key, weight in more.items():
-        total[key] = total.get(key, 0.0) + weight
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
     return total
 
 
@@ -323,26 +325,25 @@ def build_document(
     """The term at each position: "" for a stopword, and in the gaps between fields."""
     gap = [""] * FIELD_GAP
     weights: dict[str, float] = {}
-    written: dict[str, str] = {}
+    everywhere: dict[str, int] = {}
+    distinct: set[str] = set()
     tokenized, total_words = field_words(fields, max_words)
     found: list[str] = []
     for found, location_weight in tokenized:
         field_keys = list(map(lookup, found))
-        written.update(zip(found, field_keys, strict=True))
+        distinct.update(found)
         counts = Counter(field_keys)
         counts.pop("", None)
         logs = map((1.0).__add__, map(math.log, counts.values()))
-        weights = _add_weights(
-            weights, dict(zip(counts, map(location_weight.__mul__, logs), strict=True))
-        )
+        weights = _add(weights, dict(zip(counts, map(location_weight.__mul__, logs), strict=True)))
+        everywhere = _add(everywhere, counts)
         keys += field_keys
         keys += gap
     body_start = len(keys) - len(found) - FIELD_GAP
     cut = [f"words {total_words}>{max_words}"] if total_words > max_words else []
     text = indexed_text(content.text, len(found)) if cut else content.text
     terms = sorted(weights)
-    everywhere = Counter(keys)
-    unindexed = everywhere.pop("", 0)
+    unindexed = len(keys) - sum(everywhere.values())
     # Sorted by term (the sort is stable): each term's positions in turn, ascending.
     order = sorted(range(len(keys)), key=keys.__getitem__)[unindexed:]
     counts_kept = list(map(everywhere.__getitem__, terms))
@@ -362,7 +363,7 @@ def build_document(
         weights=tuple(map(weights.__getitem__, terms)),
         counts=tuple(counts_kept),
         positions=encode_positions(order, len(keys)),
-        words=dict(filter(itemgetter(1), written.items())),
+        words=dict(filter(itemgetter(1), zip(distinct, map(lookup, distinct), strict=True))),
         text=text,
         body_start=body_start,
         length=len(found),
