@@ -47,7 +47,7 @@ from crawl_bench import (
 )
 
 from plugins.search import SearchManager
-from plugins.search.index import TABLES
+from plugins.search.index import DOCS, TABLES, build_lists
 from rccrawler.data.sqlite import STATE_FILE
 from rccrawler.data.storage import create_storage
 from rccrawler.manager import load_settings
@@ -167,8 +167,9 @@ def quality(config: Path, folder: Path) -> dict[str, dict[str, tuple[float, floa
 
 
 def big_index(config: Path, folder: Path, copies: int) -> tuple[Path, int]:
-    """A state whose index holds the crawled documents ``copies`` times (distinct URLs),
-    in the search task's own tables, written straight into a new SQLite state."""
+    """A state whose index holds the crawled documents ``copies`` times (distinct URLs):
+    their rows written straight into a new SQLite state, its posting lists derived as a
+    finished crawl derives them."""
     _cls, settings = load_settings(config)
     state = folder / "big" / "state"
     big = folder / "big" / "settings.yaml"
@@ -179,32 +180,19 @@ def big_index(config: Path, folder: Path, copies: int) -> tuple[Path, int]:
     target.open()  # the schema, crawl tables and task tables alike
     target.close()
     source = sqlite3.connect(settings.state_dir / STATE_FILE)
-    docs = source.execute(
-        "SELECT page_id, url, title, summary, body_start, length, text, truncated "
-        "FROM search_docs ORDER BY page_id"
-    ).fetchall()
-    postings: dict[int, list[tuple[object, ...]]] = {}
-    for page, *rest in source.execute(
-        "SELECT page_id, term, weight, positions FROM search_postings"
-    ):
-        postings.setdefault(page, []).append(tuple(rest))
-    words: dict[int, list[tuple[object, ...]]] = {}
-    for page, *rest in source.execute("SELECT page_id, word, term FROM search_words"):
-        words.setdefault(page, []).append(tuple(rest))
+    columns = ", ".join(name for name, _kind in DOCS.all_columns)
+    docs = source.execute(f"SELECT {columns} FROM search_docs ORDER BY page_id").fetchall()
     source.close()
     count = 0
+    marks = ", ".join("?" * len(DOCS.all_columns))
     with sqlite3.connect(state / STATE_FILE) as db:
         for copy in range(copies):
-            for page, url, *rest in docs:
+            for _page, url, *rest in docs:
                 count += 1
-                db.execute("INSERT INTO search_docs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                db.execute(f"INSERT INTO search_docs VALUES ({marks})",
                            (count, f"{url}?copy={copy}", *rest))  # fmt: skip
-                db.executemany("INSERT INTO search_postings VALUES (?, ?, ?, ?)",
-                               [(count, *row) for row in postings.get(page, ())])  # fmt: skip
-                db.executemany("INSERT INTO search_words VALUES (?, ?, ?)",
-                               [(count, *row) for row in words.get(page, ())])  # fmt: skip
-    target.open()  # the indexes a finished crawl builds
-    target.create_deferred_indexes()
+    target.open()  # the posting lists a finished crawl derives
+    build_lists(target)
     target.close()
     return big, count
 

@@ -1,4 +1,4 @@
-"""On PostgreSQL the search postings are hash-partitioned by keyword (SPEC §7, seed 000 IV)."""
+"""On PostgreSQL the search posting lists are hash-partitioned by keyword (SPEC §7, seed 000 IV)."""
 
 from __future__ import annotations
 
@@ -44,26 +44,24 @@ def test_postings_are_hash_partitioned_and_one_term_reads_one_partition(
             conn.execute(f"SET search_path TO {schema}")
             kind, strategy = conn.execute(
                 "SELECT c.relkind, p.partstrat FROM pg_class c JOIN pg_partitioned_table p "
-                "ON p.partrelid = c.oid WHERE c.oid = 'search_postings'::regclass"
+                "ON p.partrelid = c.oid WHERE c.oid = 'search_lists'::regclass"
             ).fetchone()
             assert (kind, strategy) == ("p", "h")  # partitioned, by hash
             parts = conn.execute(
-                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'search_postings'::regclass"
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'search_lists'::regclass"
             ).fetchone()[0]
             assert parts == (partitions or DEFAULT_PARTITIONS)
-            spread = conn.execute(
-                "SELECT count(DISTINCT tableoid) FROM search_postings"
-            ).fetchone()[0]
+            spread = conn.execute("SELECT count(DISTINCT tableoid) FROM search_lists").fetchone()[0]
             assert spread > 1  # the terms really are spread over several partitions
             plan = "\n".join(
                 row[0]
                 for row in conn.execute(
-                    "EXPLAIN SELECT page_id, weight, positions FROM search_postings "
+                    "EXPLAIN SELECT batch, pages, weights, counts, positions FROM search_lists "
                     "WHERE term = %s",
                     ("cherri",),
                 )
             )
-        scanned = set(re.findall(r"search_postings_p\d+", plan))
+        scanned = set(re.findall(r"search_lists_p\d+", plan))
         assert len(scanned) == 1, plan
     finally:
         discard_storage(settings)

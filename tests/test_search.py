@@ -22,7 +22,7 @@ from plugins.search.processing import load_stopwords, load_synonyms, words
 from plugins.search.query import QueryError, tokenize
 from rccrawler.data.postgres import schema_for
 from rccrawler.data.sqlite import STATE_FILE
-from rccrawler.exceptions import ConfigError
+from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.manager import load_settings
 
 pytestmark = pytest.mark.both_backends
@@ -339,52 +339,50 @@ def test_both_backends_give_the_same_hits(serve, tmp_path, postgresql):
 # -- the index's storage -----------------------------------------------------------
 
 
-def _index_names(settings) -> set[str]:
-    """The indexes on the search tables of a crawl's state, by name."""
+def _execute(settings, statement: str) -> None:
+    """Run one statement on a crawl's state, behind the DataManager's back."""
     if settings.storage == "sqlite":
         with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
-            rows = db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name LIKE 'search%'"
-            ).fetchall()
-    else:
-        with psycopg.connect(settings.storage) as conn:
-            rows = conn.execute(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = %s "
-                "AND tablename IN ('search_postings', 'search_words')",
-                (schema_for(settings.crawl_name),),
-            ).fetchall()
-    return {name for (name,) in rows if not name.startswith(("sqlite_", "search_postings_p"))}
-
-
-def _drop_indexes(settings, names: set[str]) -> None:
-    if settings.storage == "sqlite":
-        with contextlib.closing(sqlite3.connect(settings.state_dir / STATE_FILE)) as db:
-            for name in names:
-                db.execute(f"DROP INDEX {name}")
+            db.execute(statement)
             db.commit()
     else:
         with psycopg.connect(settings.storage) as conn:
-            for name in names:
-                conn.execute(f"DROP INDEX {schema_for(settings.crawl_name)}.{name}")
+            conn.execute(f"SET search_path TO {schema_for(settings.crawl_name)}")
+            conn.execute(statement)
 
 
-def test_terms_and_words_are_indexed_when_the_crawl_ends(indexed):
-    """Postings and words are written in page order during the crawl; their indexes by
-    term and by word are built at the end. Before then (a stopped crawl) a search scans,
-    and finds the same hits."""
-    indexes = {"search_postings_i1", "search_words_i1"}
-    assert indexes <= _index_names(indexed)
+def test_posting_lists_are_derived_when_the_crawl_ends(indexed):
+    """A crawl writes one row per page; the term-keyed lists are derived at its end.
+    Without them (a running or stopped crawl) a search scans the pages' rows, and finds
+    the same hits."""
+    with SearchManager.open_index(indexed) as index:
+        assert index.lists_built()
+        documents = index.document_count()
+        assert index.data.task_rows("search_built") == [(documents,)]
+        lists = index.data.task_row_total("search_lists")
+        assert 0 < lists < 3 * documents  # a row per term (and batch), not per page and term
     finished = {query: SearchManager.search(indexed, query, limit=100)
                 for query in SAME_HITS_QUERIES}  # fmt: skip
     assert sum(len(hits or []) for hits in finished.values()) >= 20
-    _drop_indexes(indexed, indexes)
-    assert not indexes & _index_names(indexed)
+    words = SearchManager.words(indexed)
+    _execute(indexed, "DELETE FROM search_built")
+    with SearchManager.open_index(indexed) as index:
+        assert not index.lists_built()
     for query, hits in finished.items():
         assert SearchManager.search(indexed, query, limit=100) == hits, query
+    assert SearchManager.words(indexed) == words
     assert SearchManager.words(indexed, "app") == [("apple", 3)]
 
 
-def test_positions_round_trip_as_varint_deltas():
+def test_a_state_of_the_old_layout_is_refused_with_what_to_do(indexed):
+    """A state whose search tables have other columns (an older version of the task)
+    is never misread: searching or resuming it says to crawl again."""
+    _execute(indexed, "ALTER TABLE search_docs DROP COLUMN word_terms")
+    with pytest.raises(StateError, match=r"task table search_docs .*--fresh"):
+        SearchManager.search(indexed, "apple")
+
+
+def test_positions_round_trip_packed():
     from plugins.search.index import decode_positions, encode_positions
 
     for positions in ([], [0], [5, 6, 7], [300, 301, 305], [3, 200, 201, 70_000, 70_001, 2**31]):
@@ -392,7 +390,8 @@ def test_positions_round_trip_as_varint_deltas():
         assert decode_positions(encoded) == positions
         for limit in (1, 2, 10):
             assert decode_positions(encoded, limit) == positions[:limit]
-    assert len(encode_positions(list(range(0, 1000, 3)))) == 1000 // 3 + 1  # a byte each
+    assert len(encode_positions(list(range(0, 1000, 3)))) == 1 + 2 * (1000 // 3 + 1)  # 2 bytes
+    assert len(encode_positions([1, 70_000])) == 1 + 2 * 4
 
 
 def test_caps_on_words_and_positions_are_recorded():

@@ -1,38 +1,44 @@
-"""The inverted index of the search task, in the crawl's own SQLite database (SPEC §7).
+"""The inverted index of the search task, in the crawl's own storage (SPEC §7).
 
-``search_postings`` maps a keyword to the pages it occurs in with a weight (and
-its positions, for phrases and snippets), and by its key a page to its keywords.
-``search_docs`` keeps what a hit shows: URL, title, description, and the body text,
-from which a query-biased snippet is cut.
+A crawl writes one row per page; when it is over the task derives the term-keyed
+posting lists from them. Both live in task tables (``rccrawler.data.tables``), so the
+index works on every storage backend:
 
-Storage: task tables (``rccrawler.data.tables``), so the index lives in the crawl's
-own storage on every backend and each page's rows are stored with its parse:
-
-* ``search_docs(page_id, url, title, summary, body_start, length, text, truncated)``:
-  ``body_start`` is the position of the body's first word, ``length`` the body's word
-  count, ``text`` the body text (cut at the word cap; a snippet finds word n of the
-  body as the n-th letter run of this text), ``truncated`` what a cap cut.
-* ``search_postings(page_id, term, weight, positions)``, keyed by (page_id, term) and
-  hash-partitioned by term on PostgreSQL: ``positions`` is a BLOB of varint-encoded
-  deltas (:func:`encode_positions`).
-* ``search_words(page_id, word, term)``: each indexed word of a page as written, with
-  its term, for wildcards and ``rccrawler words``.
-
-Both are keyed by page first, so a crawl writes them as appends (page ids grow); their
-indexes by term and by word are built once the crawl is over (``defer_indexes``: kept
-up to date row by row, they made indexing 5× slower than crawling). A search beside a
-running crawl, or of a stopped one, scans instead: slower, same hits.
+* ``search_docs``, one row per page, stored with its parse: what a hit shows (``url``,
+  ``title``, ``summary``), what its snippet is cut from (``text``, the body cut at the
+  word cap: word n of the body is the n-th letter run of this text, ``body_start`` the
+  position of its first word), ``length`` (body words, for length normalization) and
+  ``truncated`` (what a cap cut); then the page's terms, packed: ``terms`` (sorted,
+  one a line), ``weights`` (doubles), ``counts`` (positions kept per term) and
+  ``positions`` (every term's positions in turn, :func:`encode_positions` of the whole
+  page), ``words`` (its indexed words as written, sorted, one a line) and
+  ``word_terms`` (the term of each). Built and packed in C (no loop per word), one row
+  instead of a row per term and per word: that made indexing four times slower than
+  crawling.
+* ``search_lists(term, batch, pages, weights, counts, positions)``, written by
+  :func:`build_lists` when the crawl ends: for each term and batch of
+  :data:`BATCH` pages, their ids, weights and positions packed, keyed by term and
+  hash-partitioned by term on PostgreSQL (``search.partitions``): a one-term query
+  reads one partition.
+* ``search_vocabulary(word, term, documents)``: each indexed word as written, its term
+  and how many documents hold it, for wildcards and ``rccrawler words``.
+* ``search_built(documents)``: how many documents the lists cover. A search beside a
+  running crawl, or of a stopped one, finds a count that is not the documents' and
+  scans the per-page rows instead: slower, same hits.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import operator
-from collections import defaultdict
+import sys
+from array import array
+from bisect import bisect_left
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from itertools import accumulate, islice
-from typing import TYPE_CHECKING, NamedTuple
+from itertools import accumulate, islice, repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from plugins.search.content import Content
 from plugins.search.processing import WORD
@@ -40,7 +46,7 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
     from plugins.search.processing import TextProcessor
     from rccrawler.data.base import DataManager, TaskRows
@@ -70,96 +76,101 @@ phrases and snippets look only at a term's first occurrences; its weight counts 
 DOCS = TaskTable(
     "search_docs",
     (("url", "text"), ("title", "text"), ("summary", "text"), ("body_start", "int"),
-     ("length", "int"), ("text", "text"), ("truncated", "text")),
+     ("length", "int"), ("text", "text"), ("truncated", "text"), ("terms", "text"),
+     ("weights", "bytes"), ("counts", "bytes"), ("positions", "bytes"), ("words", "text"),
+     ("word_terms", "text")),
 )  # fmt: skip
-"""URL → what a hit shows and what its snippet is cut from."""
-POSTINGS = TaskTable(
-    "search_postings",
-    (("term", "text"), ("weight", "float"), ("positions", "bytes")),
-    key=("page_id", "term"),
-    indexes=(("term",),),
+"""Page → what a hit shows, what its snippet is cut from, and its terms packed."""
+LISTS = TaskTable(
+    "search_lists",
+    (("term", "text"), ("batch", "int"), ("pages", "bytes"), ("weights", "bytes"),
+     ("counts", "bytes"), ("positions", "bytes")),
+    key=("term", "batch"),
     partition_by="term",
-    defer_indexes=True,
+    per_page=False,
+)  # fmt: skip
+"""keyword → pages with weights and positions, a row per batch of pages; derived when
+the crawl ends, hash-partitioned by keyword on PostgreSQL."""
+VOCABULARY = TaskTable(
+    "search_vocabulary",
+    (("word", "text"), ("term", "text"), ("documents", "int")),
+    key=("word",),
+    per_page=False,
 )
-"""keyword → pages with weights and positions; hash-partitioned by keyword on PostgreSQL."""
-WORDS = TaskTable(
-    "search_words",
-    (("word", "text"), ("term", "text")),
-    key=("page_id", "word"),
-    indexes=(("word",),),
-    defer_indexes=True,
-)
-"""Indexed words as written, with their terms, for wildcards and ``rccrawler words``."""
-TABLES = (DOCS, POSTINGS, WORDS)
+"""Indexed words as written, their terms and document counts (wildcards, ``words``)."""
+BUILT = TaskTable("search_built", (("documents", "int"),), key=("documents",), per_page=False)
+"""The number of documents the lists were derived from (no row: not derived yet)."""
+TABLES = (DOCS, LISTS, VOCABULARY, BUILT)
 """The search task's tables, kept by the DataManager in the crawl's own storage."""
 MAX_EXPANSION = 500
 """Words a wildcard expands to at most."""
+BATCH = 1_024
+"""Pages per row of a posting list (and per read of the pages when deriving them)."""
+
+Number = TypeVar("Number", int, float)
+
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)
+_CODES = {2: "H", 4: _U32}
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
-def encode_positions(positions: Sequence[int]) -> bytes:
-    """Ascending positions as LEB128 varints of their deltas (most fit one byte)."""
+def _pack(code: str, values: Iterable[float] | Iterable[int]) -> bytes:
+    """Numbers as a little-endian array (built in C)."""
+    packed = array(code, values)
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(code: str, data: bytes) -> array[Any]:
+    """The inverse of :func:`_pack`."""
+    values = array(code)
+    values.frombytes(data)
+    if _BIG_ENDIAN:
+        values.byteswap()
+    return values
+
+
+def encode_positions(positions: Sequence[int], largest: int | None = None) -> bytes:
+    """Positions as a byte for their width (2, or 4 from 65,536 on) and then each as an
+    unsigned integer of that width: packed and unpacked in C, without a loop per
+    position (varint deltas took a Python loop per term of every page).
+
+    Args:
+        largest: the largest position (default: the last, for ascending positions).
+    """
     if not positions:
         return b""
-    first = positions[0]
-    head = bytearray()
-    while first >= 0x80:
-        head.append((first & 0x7F) | 0x80)
-        first >>= 7
-    head.append(first)
-    try:
-        # The usual case: every delta after the first position fits a byte (in C).
-        rest = bytes(map(operator.sub, islice(positions, 1, None), positions))
-    except ValueError:  # a delta of 256 or more
-        rest = b"\x80"
-    if not rest or max(rest) < 0x80:
-        return bytes(head) + rest
-    out = bytearray()
-    last = 0
-    for position in positions:
-        delta = position - last
-        last = position
-        while delta >= 0x80:
-            out.append((delta & 0x7F) | 0x80)
-            delta >>= 7
-        out.append(delta)
-    return bytes(out)
+    top = positions[-1] if largest is None else largest
+    width = 2 if top < 0x10000 else 4
+    return bytes((width,)) + _pack(_CODES[width], positions)
 
 
 def decode_positions(data: bytes, limit: int | None = None) -> list[int]:
     """The inverse of :func:`encode_positions` (the first ``limit`` positions only, when
     given)."""
-    # The usual shapes decode in C: every delta one byte, or all but the first (the
-    # first "delta" is the absolute position of the first occurrence).
-    head = 0
-    while head < len(data) and data[head] & 0x80:
-        head += 1
-    rest = data[head + 1 :]
-    if not rest or max(rest) < 0x80:
-        first = 0
-        for shift, byte in enumerate(data[: head + 1]):
-            first |= (byte & 0x7F) << (7 * shift)
-        values = [first, *(rest if limit is None else rest[: max(0, limit - 1)])] if data else []
-        return list(accumulate(values))[:limit]
-    positions: list[int] = []
-    value = shift = last = 0
-    for byte in data:
-        value |= (byte & 0x7F) << shift
-        if byte & 0x80:
-            shift += 7
-            continue
-        last += value
-        positions.append(last)
-        if len(positions) == limit:
-            break
-        value = shift = 0
-    return positions
+    if not data:
+        return []
+    width = data[0]
+    end = len(data) if limit is None else 1 + width * limit
+    return _unpack(_CODES[width], data[1:end]).tolist()
+
+
+def _segments(blob: bytes, counts: Sequence[int]) -> Iterator[bytes]:
+    """Each term's positions, encoded, from a page's :func:`encode_positions` of every
+    term's positions in turn (``counts`` of each), cut in C."""
+    if not counts:
+        return iter(())
+    width, head = blob[0], blob[:1]
+    ends = list(map((1).__add__, map(width.__mul__, accumulate(counts))))
+    return map(head.__add__, map(blob.__getitem__, map(slice, [1, *ends[:-1]], ends)))
 
 
 class Posting(NamedTuple):
     """One keyword in one document; positions stay encoded until a phrase asks.
 
-    A named tuple: an index makes one for every term of every page, and a tuple is
-    made several times faster than a frozen dataclass."""
+    A named tuple: a query makes one for every page of each of its terms, and a tuple
+    is made several times faster than a frozen dataclass."""
 
     weight: float
     encoded: bytes = b""
@@ -190,7 +201,14 @@ class IndexedDocument:
     url: str
     title: str
     summary: str
-    postings: dict[str, Posting] = field(default_factory=dict)
+    terms: tuple[str, ...] = ()
+    """The document's terms, sorted."""
+    weights: tuple[float, ...] = ()
+    """The weight of each term."""
+    counts: tuple[int, ...] = ()
+    """How many positions of each term are kept (the cap cuts)."""
+    positions: bytes = b""
+    """Each term's kept positions in turn, ascending, as one :func:`encode_positions`."""
     words: dict[str, str] = field(default_factory=dict)
     """Indexed words as written (lowercase) → their terms, for wildcards and
     ``rccrawler words``."""
@@ -202,6 +220,12 @@ class IndexedDocument:
     """Words in the body (stopwords included): field-length normalization."""
     truncated: str = ""
     """What a cap cut, e.g. "words 250000>200000" ("" when nothing)."""
+
+    @property
+    def postings(self) -> dict[str, Posting]:
+        """term → its weight and positions (unpacked: for tests and tools)."""
+        segments = _segments(self.positions, self.counts)
+        return dict(zip(self.terms, map(Posting, self.weights, segments), strict=True))
 
 
 def keyword_factor(keywords: list[str]) -> float:
@@ -223,6 +247,57 @@ def _words(text: str) -> list[str]:
     return [word.lower() for word in WORD.findall(text)]
 
 
+def _add(total: dict[str, Number], more: dict[str, Number]) -> dict[str, Number]:
+    """Sum two fields' term weights (or counts), looping over the smaller one (a sum is
+    exact either way round, so every term gets the same float as field by field)."""
+    if len(more) > len(total):
+        total, more = more, total
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+    return total
+
+
+def document_fields(content: Content, processor: TextProcessor) -> tuple[tuple[str, float], ...]:
+    """(text, location weight) of each field of a document, the body last."""
+    keywords = [t for t in map(processor.lookup, WORD.findall(content.keywords.lower())) if t]
+    return (
+        (content.title, TITLE_WEIGHT),
+        (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keywords)),
+        (" ".join(content.headings), HEADINGS_WEIGHT),
+        # A meta description is a field of its own; a summary cut from the text is not.
+        (
+            content.summary if content.summary.rstrip("…") not in content.text else "",
+            SUMMARY_WEIGHT,
+        ),
+        (content.text, BODY_WEIGHT),
+    )
+
+
+def field_words(
+    fields: Iterable[tuple[str, float]], max_words: int
+) -> tuple[list[tuple[list[str], float]], int]:
+    """Each field's words (tokenized once) with its weight, cut where ``max_words`` in
+    all are reached; and how many words the fields held before the cut."""
+    budget = max_words
+    total = 0
+    tokenized = []
+    for text, location_weight in fields:
+        found = _words(text)
+        total += len(found)
+        if len(found) > budget:
+            found = found[:budget]
+        budget -= len(found)
+        tokenized.append((found, location_weight))
+    return tokenized, total
+
+
+def indexed_text(text: str, words: int) -> str:
+    """The body text up to its last indexed word (the body is the last field: a cap
+    cuts its end)."""
+    last = next(islice(WORD.finditer(text), words - 1, None), None) if words else None
+    return text[: last.end()] if last is not None else ""
+
+
 def build_document(
     content: Content,
     processor: TextProcessor,
@@ -236,65 +311,59 @@ def build_document(
     repeated word counts, but less and less. Each field is tokenized once; a position
     counts every word (stopwords too), so a phrase matches words as they stand.
 
+    Nothing loops over the words in Python (a page has thousands): terms are looked up
+    by ``map``, counted by ``Counter``, and a stable sort of the positions by term
+    gives every term's positions in order, all in C.
+
     Args:
         max_words: words indexed at most, over all fields (the rest is cut).
         max_positions: positions kept per term.
     """
-    keyword_list = [t for t in map(processor.lookup, WORD.findall(content.keywords.lower())) if t]
-    fields = (
-        (content.title, TITLE_WEIGHT),
-        (content.keywords, KEYWORDS_WEIGHT * keyword_factor(keyword_list)),
-        (" ".join(content.headings), HEADINGS_WEIGHT),
-        # A meta description is a field of its own; a summary cut from the text is not.
-        (
-            content.summary if content.summary.rstrip("…") not in content.text else "",
-            SUMMARY_WEIGHT,
-        ),
-        (content.text, BODY_WEIGHT),
-    )
-    weights: dict[str, float] = defaultdict(float)
-    positions: dict[str, list[int]] = defaultdict(list)
-    distinct: set[str] = set()
     lookup = processor.lookup
-    budget = max_words
-    total_words = 0
-    start = 0
+    fields = document_fields(content, processor)
+    keys: list[str] = []
+    """The term at each position: "" for a stopword, and in the gaps between fields."""
+    gap = [""] * FIELD_GAP
+    weights: dict[str, float] = {}
+    everywhere: dict[str, int] = {}
+    distinct: set[str] = set()
+    tokenized, total_words = field_words(fields, max_words)
     found: list[str] = []
-    for text, location_weight in fields:
-        found = _words(text)
-        total_words += len(found)
-        if len(found) > budget:
-            found = found[:budget]
-        budget -= len(found)
+    for found, location_weight in tokenized:
+        field_keys = list(map(lookup, found))
         distinct.update(found)
-        counts: dict[str, int] = defaultdict(int)
-        for offset, key in enumerate(map(lookup, found), start):
-            if key:
-                counts[key] += 1
-                positions[key].append(offset)
-        for key, count in counts.items():
-            weights[key] += location_weight * (1.0 + math.log(count))
-        start += len(found) + FIELD_GAP
-    body_start = start - len(found) - FIELD_GAP
-    text = content.text
-    cut = []
-    if total_words > max_words:
-        cut.append(f"words {total_words}>{max_words}")
-        # The body is the last field: keep its text up to its last indexed word.
-        last = next(islice(WORD.finditer(text), len(found) - 1, None), None) if found else None
-        text = text[: last.end()] if last is not None else ""
-    crowded = [t for t, p in positions.items() if len(p) > max_positions]
-    if crowded:
-        cut.append(f"positions of {len(crowded)} terms>{max_positions}")
+        counts = Counter(field_keys)
+        counts.pop("", None)
+        logs = map((1.0).__add__, map(math.log, counts.values()))
+        weights = _add(weights, dict(zip(counts, map(location_weight.__mul__, logs), strict=True)))
+        everywhere = _add(everywhere, counts)
+        keys += field_keys
+        keys += gap
+    body_start = len(keys) - len(found) - FIELD_GAP
+    cut = [f"words {total_words}>{max_words}"] if total_words > max_words else []
+    text = indexed_text(content.text, len(found)) if cut else content.text
+    terms = sorted(weights)
+    unindexed = len(keys) - sum(everywhere.values())
+    # Sorted by term (the sort is stable): each term's positions in turn, ascending.
+    order = sorted(range(len(keys)), key=keys.__getitem__)[unindexed:]
+    counts_kept = list(map(everywhere.__getitem__, terms))
+    if max(counts_kept, default=0) > max_positions:
+        crowded = sum(count > max_positions for count in counts_kept)
+        cut.append(f"positions of {crowded} terms>{max_positions}")
+        ends = list(accumulate(counts_kept))
+        starts = [end - count for end, count in zip(ends, counts_kept, strict=True)]
+        order = [position for start, count in zip(starts, counts_kept, strict=True)
+                 for position in order[start : start + min(count, max_positions)]]  # fmt: skip
+        counts_kept = [min(count, max_positions) for count in counts_kept]
     return IndexedDocument(
         url=content.url,
         title=content.title,
         summary=content.summary,
-        postings={
-            t: Posting(w, encode_positions(positions[t][:max_positions]))
-            for t, w in weights.items()
-        },
-        words={word: key for word in distinct if (key := lookup(word))},
+        terms=tuple(terms),
+        weights=tuple(map(weights.__getitem__, terms)),
+        counts=tuple(counts_kept),
+        positions=encode_positions(order, len(keys)),
+        words=dict(filter(itemgetter(1), zip(distinct, map(lookup, distinct), strict=True))),
         text=text,
         body_start=body_start,
         length=len(found),
@@ -303,17 +372,117 @@ def build_document(
 
 
 def document_rows(document: IndexedDocument) -> TaskRows:
-    """The task-table rows of one document (stored with its page, atomically)."""
+    """The task-table rows of one document: one row, stored with its page, atomically."""
+    written = sorted(document.words)
     return {
         DOCS.name: [(document.url, document.title, document.summary, document.body_start,
-                     document.length, document.text, document.truncated)],
-        POSTINGS.name: [(term, *posting) for term, posting in document.postings.items()],
-        WORDS.name: sorted(document.words.items()),
+                     document.length, document.text, document.truncated,
+                     "\n".join(document.terms), _pack("d", document.weights),
+                     _pack(_U32, document.counts), document.positions, "\n".join(written),
+                     "\n".join(map(document.words.__getitem__, written)))],
     }  # fmt: skip
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a packed text column ("" holds none)."""
+    return text.split("\n") if text else []
+
+
+def _list_rows(batch: int, rows: Sequence[tuple[Any, ...]]) -> list[tuple[object, ...]]:
+    """The posting-list rows of one batch of pages, from their (page id, terms,
+    weights, counts, positions): a row per term, with its pages' ids, weights,
+    position counts and positions packed (the positions after a byte for their width).
+
+    The entries (a page and one of its terms) are put in term order by one stable sort
+    of their terms' numbers, and each term's row is cut from the reordered arrays: no
+    Python loop per entry (a batch has hundreds of thousands).
+    """
+    width = max((bytes(row[4])[:1] or b"\x02")[0] for row in rows)
+    terms: list[str] = []
+    pages: list[int] = []
+    weights: list[float] = []
+    counts: list[int] = []
+    positions: list[bytes] = []
+    for page, names, page_weights, page_counts, page_positions in rows:
+        found = _lines(names)
+        terms += found
+        pages += repeat(int(page), len(found))
+        weights += _unpack("d", bytes(page_weights))
+        counts += _unpack(_U32, bytes(page_counts))
+        blob = bytes(page_positions)
+        if blob and blob[0] != width:  # a page of 65,536 words or fewer, in a batch of 4
+            blob = b"\x04" + _pack(_U32, _unpack(_CODES[blob[0]], blob[1:]))
+        positions.append(blob[1:])
+    joined = b"".join(positions)
+    ends = list(map(width.__mul__, accumulate(counts)))
+    cuts = list(map(joined.__getitem__, map(slice, [0, *ends[:-1]], ends)))
+    names = sorted(set(terms))
+    number = dict(zip(names, range(len(names)), strict=True))
+    keys = list(map(number.__getitem__, terms))
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    packed_pages = _pack("q", map(pages.__getitem__, order))
+    packed_weights = _pack("d", map(weights.__getitem__, order))
+    ordered_counts = list(map(counts.__getitem__, order))
+    packed_counts = _pack(_U32, ordered_counts)
+    packed_positions = b"".join(map(cuts.__getitem__, order))
+    spots = [0, *map(width.__mul__, accumulate(ordered_counts))]
+    head = bytes((width,))
+    per_term = Counter(keys)
+    out: list[tuple[object, ...]] = []
+    entry = 0
+    for key, term in enumerate(names):
+        end = entry + per_term[key]
+        out.append((term, batch, packed_pages[8 * entry : 8 * end],
+                    packed_weights[8 * entry : 8 * end], packed_counts[4 * entry : 4 * end],
+                    head + packed_positions[spots[entry] : spots[end]]))  # fmt: skip
+        entry = end
+    return out
+
+
+def build_lists(data: DataManager, batch: int = BATCH) -> int:
+    """Derive the term-keyed posting lists and the vocabulary from the per-page rows
+    (the crawl is over), replacing any derived before.
+
+    Pages are read ``batch`` at a time, so memory holds one batch's postings. The
+    count of documents covered is written last: until it is, searches scan.
+
+    Returns:
+        How many documents the lists cover.
+    """
+    for table in (BUILT, LISTS, VOCABULARY):
+        data.clear_task_table(table.name)
+    pages = sorted(int(page) for (page,) in data.task_rows(DOCS.name, columns=("page_id",)))
+    documents: Counter[str] = Counter()
+    term_of: dict[str, str] = {}
+    columns = ("page_id", "terms", "weights", "counts", "positions", "words", "word_terms")
+    for number, start in enumerate(range(0, len(pages), batch)):
+        rows = data.task_rows(DOCS.name, columns=columns,
+                              any_of=("page_id", pages[start : start + batch]))  # fmt: skip
+        rows.sort(key=itemgetter(0))
+        for _page, _terms, _weights, _counts, _positions, words, word_terms in rows:
+            written = _lines(words)
+            documents.update(written)
+            term_of.update(zip(written, _lines(word_terms), strict=True))
+        if rows:
+            data.add_task_rows(LISTS.name, _list_rows(number, [row[:5] for row in rows]))
+    data.add_task_rows(
+        VOCABULARY.name, [(word, term_of[word], n) for word, n in sorted(documents.items())]
+    )
+    data.add_task_rows(BUILT.name, [(len(pages),)])
+    return len(pages)
+
+
+def _prefix_range(items: Sequence[str], prefix: str) -> slice:
+    """The sorted ``items`` that start with ``prefix``."""
+    low = bisect_left(items, prefix)
+    return slice(low, bisect_left(items, prefix + "\U0010ffff", low))
 
 
 class SearchIndex:
     """The index, read through the DataManager's task tables (any storage backend).
+
+    Reads go to the posting lists once the crawl has derived them for every document,
+    else (a running or stopped crawl) they scan the per-page rows: slower, same hits.
 
     Args:
         data: an open DataManager of a crawl made by the search task.
@@ -322,6 +491,7 @@ class SearchIndex:
     def __init__(self, data: DataManager) -> None:
         self.data = data
         self._average_length: float | None = None
+        self._lists: bool | None = None
 
     def average_length(self) -> float:
         """Words in a document's body on average (read once: it changes slowly)."""
@@ -335,53 +505,100 @@ class SearchIndex:
         return {PageId(int(page)): int(n) for page, n in self._by_ids(("length",), page_ids)}  # type: ignore[call-overload]
 
     def document_count(self) -> int:
-        return self.data.task_row_total(DOCS.name)
+        """Documents in the index; also looks again whether the posting lists cover them
+        (a query evaluator asks once per query)."""
+        total = self.data.task_row_total(DOCS.name)
+        built = self.data.task_rows(BUILT.name)
+        self._lists = bool(built) and int(built[0][0]) == total
+        return total
+
+    def lists_built(self) -> bool:
+        """Whether the posting lists cover every document (else reads scan)."""
+        if self._lists is None:
+            self.document_count()
+        return bool(self._lists)
 
     def all_documents(self) -> set[PageId]:
         return {PageId(int(row[0])) for row in self.data.task_rows(DOCS.name, columns=("page_id",))}
 
     def postings(self, term: str) -> dict[PageId, Posting]:
-        """keyword → pages with weights."""
+        """keyword → pages with weights and positions, by page id."""
+        found: dict[PageId, Posting] = {}
+        if not self.lists_built():
+            columns = ("page_id", "terms", "weights", "counts", "positions")
+            for page, terms, weights, counts, positions in sorted(
+                self.data.task_rows(DOCS.name, columns=columns), key=itemgetter(0)
+            ):
+                names = _lines(terms)
+                at = bisect_left(names, term)
+                if at < len(names) and names[at] == term:
+                    kept = _unpack(_U32, bytes(counts))
+                    blob = bytes(positions)
+                    begin = 1 + blob[0] * sum(kept[:at])
+                    segment = blob[:1] + blob[begin : begin + blob[0] * kept[at]]
+                    found[PageId(int(page))] = Posting(_unpack("d", bytes(weights))[at], segment)
+            return found
         rows = self.data.task_rows(
-            POSTINGS.name, columns=("page_id", "weight", "positions"), equals={"term": term}
+            LISTS.name,
+            columns=("batch", "pages", "weights", "counts", "positions"),
+            equals={"term": term},
         )
-        return {
-            PageId(int(page)): Posting(float(weight), bytes(positions))
-            for page, weight, positions in rows
-        }
-
-    def page_terms(self, page_id: PageId) -> dict[str, float]:
-        """URL → keywords with weights."""
-        rows = self.data.task_rows(
-            POSTINGS.name, columns=("term", "weight"), equals={"page_id": page_id}
-        )
-        return {term: float(weight) for term, weight in rows}
+        for _batch, pages, weights, counts, positions in sorted(rows, key=itemgetter(0)):
+            segments = _segments(bytes(positions), _unpack(_U32, bytes(counts)))
+            found.update(
+                zip(
+                    _unpack("q", bytes(pages)),
+                    map(Posting, _unpack("d", bytes(weights)), segments),
+                    strict=True,
+                )
+            )
+        return found
 
     def pages_with_word_prefix(self, prefix: str) -> dict[str, set[PageId]]:
-        """Indexed words starting with ``prefix`` → pages holding them (or another
-        word of the same term: a wildcard finds every form of the words it matches)."""
-        term_of: dict[str, str] = {}
-        for word, term in self.data.task_rows(
-            WORDS.name, columns=("word", "term"), prefix=("word", prefix)
-        ):
-            term_of.setdefault(word, term)
-            if len(term_of) >= MAX_EXPANSION:
-                break
+        """Indexed words starting with ``prefix`` (the first :data:`MAX_EXPANSION`) →
+        pages holding them (or another word of the same term: a wildcard finds every
+        form of the words it matches)."""
         pages: dict[str, set[PageId]] = defaultdict(set)
-        for term, page in self.data.task_rows(
-            POSTINGS.name,
-            columns=("term", "page_id"),
-            any_of=("term", sorted(set(term_of.values()))),
-        ):
-            pages[term].add(PageId(int(page)))
+        if self.lists_built():
+            rows = self.data.task_rows(
+                VOCABULARY.name, columns=("word", "term"), prefix=("word", prefix)
+            )
+            term_of = dict(sorted(rows)[:MAX_EXPANSION])
+            for term, found in self.data.task_rows(
+                LISTS.name,
+                columns=("term", "pages"),
+                any_of=("term", sorted(set(term_of.values()))),
+            ):
+                pages[term].update(_unpack("q", bytes(found)))
+        else:
+            docs = self.data.task_rows(
+                DOCS.name, columns=("page_id", "terms", "words", "word_terms")
+            )
+            term_of = {}
+            for _page, _terms, words, word_terms in docs:
+                written = _lines(words)
+                inside = _prefix_range(written, prefix)
+                term_of.update(zip(written[inside], _lines(word_terms)[inside], strict=True))
+            term_of = dict(sorted(term_of.items())[:MAX_EXPANSION])
+            wanted = set(term_of.values())
+            for page, terms, _words, _word_terms in docs:
+                for term in wanted.intersection(_lines(terms)):
+                    pages[term].add(PageId(int(page)))
         return {word: set(pages.get(term, ())) for word, term in term_of.items()}
 
     def word_counts(self, prefix: str = "") -> list[tuple[str, int]]:
         """Indexed words (starting with ``prefix``) and how many documents hold each."""
-        return [
-            (str(word), count)
-            for word, count in self.data.task_row_counts(WORDS.name, "word", prefix=prefix)
-        ]
+        if self.lists_built():
+            rows = self.data.task_rows(
+                VOCABULARY.name, columns=("word", "documents"),
+                prefix=("word", prefix) if prefix else None,
+            )  # fmt: skip
+            return sorted((str(word), int(count)) for word, count in rows)
+        counts: Counter[str] = Counter()
+        for (words,) in self.data.task_rows(DOCS.name, columns=("words",)):
+            written = _lines(words)
+            counts.update(written[_prefix_range(written, prefix)])
+        return sorted(counts.items())
 
     def _by_ids(
         self, columns: Sequence[str], page_ids: Iterable[PageId]

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.search.commands import search_arguments, search_command, words_arguments, words_command
-from plugins.search.index import TABLES, SearchIndex
+from plugins.search.index import TABLES, SearchIndex, build_lists
 from plugins.search.query import QueryEvaluator
 from plugins.search.settings import (
     SEARCH_KEYS,
@@ -61,7 +61,7 @@ class SearchManager(WebGraphManager):
 
     @classmethod
     def tables_for(cls, settings: Settings) -> tuple[TaskTable, ...]:
-        """The postings get ``search.partitions`` hash partitions (PostgreSQL)."""
+        """The posting lists get ``search.partitions`` hash partitions (PostgreSQL)."""
         partitions = index_partitions(settings)
         return tuple(
             replace(table, partitions=partitions) if table.partition_by else table
@@ -69,9 +69,9 @@ class SearchManager(WebGraphManager):
         )
 
     def unload(self) -> list[str]:
-        """Index the index (by term and by word) now that the crawl is over, then write
-        the files as a web-graph crawl does."""
-        self.data.create_deferred_indexes()
+        """Derive the term-keyed posting lists from the pages' rows now that the crawl is
+        over, then write the files as a web-graph crawl does."""
+        build_lists(self.data)
         return super().unload()
 
     @classmethod

@@ -305,6 +305,25 @@ class DataManager(ABC):
         """How many rows a task table holds."""
 
     @abstractmethod
+    def add_task_rows(self, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Add rows to a task table declared with ``per_page=False``, in one transaction
+        (what a task derives from its per-page rows when the crawl is over).
+
+        Raises:
+            KeyError: no such table, or it is kept per page (a page's rows are stored
+                with its parse, by ``store_parse``).
+        """
+
+    @abstractmethod
+    def clear_task_table(self, table: str) -> None:
+        """Delete every row of a task table declared with ``per_page=False`` (before
+        a task derives it again).
+
+        Raises:
+            KeyError: no such table, or it is kept per page.
+        """
+
+    @abstractmethod
     def create_deferred_indexes(self) -> None:
         """Build the indexes of task tables declared with ``defer_indexes`` (the crawl
         is over; a task calls it before unloading). Already built ones are kept."""

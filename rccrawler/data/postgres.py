@@ -455,12 +455,19 @@ class PostgresDataManager(SQLDataManager):
                         cur.execute((self.schema_sql() + SHARED_SCHEMA).encode())
             conn.execute(sql.SQL("SET search_path TO {}").format(schema))
             self._columns = self._read_columns(conn)
+            self.check_task_layout(
+                {name: [column for column, _kind in columns]
+                 for name, columns in self._columns.items()}
+            )  # fmt: skip
             if not self.read_only:
                 # Held as long as this connection lives: others see a death at once.
                 conn.execute("SELECT pg_advisory_lock(%s)", (self.lock_key,))
                 # A killed worker loses nothing it committed either way; only a crash of
                 # the server itself could lose its last commits (pages fetched again).
                 conn.execute("SET synchronous_commit = off")
+        except StateError:
+            conn.close()
+            raise
         except psycopg.Error as exc:
             conn.close()
             raise StateError(f"cannot create the crawl state in {self.url}: {exc}") from exc

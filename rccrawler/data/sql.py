@@ -417,6 +417,8 @@ class SQLDataManager(DataManager):
             later = number > 0 and table.defer_indexes
             if later != deferred or (number == 0 and table.key[0] == "page_id"):
                 continue
+            if number == 0 and not table.per_page:
+                continue
             if later and self.covering_indexes:
                 index += tuple(c for c, _ in table.columns if c not in index + table.key)
             text += (
@@ -424,6 +426,28 @@ class SQLDataManager(DataManager):
                 f"ON {table.name} ({', '.join(index)});\n"
             )
         return text
+
+    def check_task_layout(self, found: Mapping[str, Sequence[str]]) -> None:
+        """Refuse a state whose task tables have other columns than this task declares
+        (a state written by an older version of the task): its rows would be misread.
+
+        Args:
+            found: table name → its columns in order, as the state holds them (a table
+                the state lacks is not in it).
+
+        Raises:
+            StateError: with the tables that differ and what to do.
+        """
+        for table in self.task_tables.values():
+            have = list(found.get(table.name, ()))
+            want = [name for name, _kind in table.all_columns]
+            if have and have != want:
+                raise StateError(
+                    f"the state in {self.describe()} keeps task table {table.name} with "
+                    f"columns ({', '.join(have)}), not ({', '.join(want)}) as this version "
+                    "of the task does: it was written by another version; crawl again "
+                    "with --fresh (or under another name) to rebuild it"
+                )
 
     def create_deferred_indexes(self) -> None:
         statements = "".join(
@@ -1012,8 +1036,8 @@ class SQLDataManager(DataManager):
         """Replace what a former parse of the page stored in each named task table."""
         for name, table_rows in rows.items():
             table = self.task_tables.get(name)
-            if table is None:
-                raise KeyError(f"no task table {name!r} was declared")
+            if table is None or not table.per_page:
+                raise KeyError(f"no task table {name!r} kept per page was declared")
             check_rows(table, table_rows)
             cur.execute(self._sql(f"DELETE FROM {name} WHERE page_id = ?"), (page_id,))
             if table_rows:
@@ -1023,6 +1047,28 @@ class SQLDataManager(DataManager):
                 cur.executemany(
                     self._sql(f"INSERT INTO {name} VALUES ({int(page_id)}, {marks})"), table_rows
                 )
+
+    def _derived_table(self, name: str) -> TaskTable:
+        table = self._task_table(name)
+        if table.per_page:
+            raise KeyError(f"task table {name!r} is kept per page: store_parse writes it")
+        return table
+
+    @retry_conflicts
+    def add_task_rows(self, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        spec = self._derived_table(table)
+        check_rows(spec, rows)
+        if not rows:
+            return
+        marks = ", ".join("?" * len(spec.columns))
+        with self._atomic() as cur:
+            cur.executemany(self._sql(f"INSERT INTO {table} VALUES ({marks})"), rows)
+
+    @retry_conflicts
+    def clear_task_table(self, table: str) -> None:
+        self._derived_table(table)
+        with self._atomic() as cur:
+            cur.execute(f"DELETE FROM {table}")
 
     def task_rows(
         self, table: str, *, columns: Sequence[str] | None = None,

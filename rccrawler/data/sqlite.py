@@ -21,7 +21,7 @@ import os
 import sqlite3
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
@@ -98,6 +98,16 @@ class _Front:
         self.pages: deque[PageData] = deque()
         self.last: tuple[int, int] = (-1, -1)
         self.stale = False
+
+
+def _table_columns(db: sqlite3.Connection, names: Iterable[str]) -> dict[str, list[str]]:
+    """The columns of those of ``names`` that are tables of ``db``, in order."""
+    found = {}
+    for name in names:
+        columns = [row[1] for row in db.execute(f"PRAGMA table_info({name})")]
+        if columns:
+            found[name] = columns
+    return found
 
 
 class SQLiteDataManager(SQLDataManager):
@@ -183,6 +193,7 @@ class SQLiteDataManager(SQLDataManager):
         except (OSError, sqlite3.Error) as exc:
             raise StateError(f"cannot open the state database {self.path}: {exc}") from exc
         try:
+            self.check_task_layout(_table_columns(db, self.task_tables))
             if self.read_only:
                 db.execute("PRAGMA query_only=1")
             else:
@@ -193,9 +204,11 @@ class SQLiteDataManager(SQLDataManager):
                 db.executescript(self.schema_sql())
             self._db = db
             self._load_memory()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, StateError) as exc:
             db.close()
             self._db = None
+            if isinstance(exc, StateError):
+                raise  # task tables of another layout
             raise StateError(f"{self.path} is not a usable crawl state ({exc})") from exc
 
     def close(self) -> None:

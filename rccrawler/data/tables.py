@@ -31,7 +31,10 @@ class TaskTable:
     """A table of a task's per-page results.
 
     Every table has an implicit first column ``page_id``: the page a row belongs to.
-    Storing a page's rows replaces what an earlier parse of it stored.
+    Storing a page's rows replaces what an earlier parse of it stored. A table declared
+    with ``per_page=False`` has no such column: it holds what a task derives from its
+    per-page rows once the crawl is over (the search task's term-keyed posting lists),
+    written with :meth:`~rccrawler.data.base.DataManager.add_task_rows`.
 
     Args:
         name: the table's name (lowercase letters, digits, ``_``); prefix it with the
@@ -49,6 +52,8 @@ class TaskTable:
             big table spread by key, SPEC §7); ignored by SQLite.
         partitions: how many hash partitions (None: the backend's default); read when
             the table is created, so a saved crawl keeps its own.
+        per_page: False for a table of derived rows, with no ``page_id`` column (its
+            ``key`` must then be given); a page's parse never writes it.
     """
 
     name: str
@@ -58,6 +63,7 @@ class TaskTable:
     partition_by: str | None = None
     defer_indexes: bool = False
     partitions: int | None = None
+    per_page: bool = True
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.all_columns]
@@ -69,6 +75,8 @@ class TaskTable:
         for _, kind in self.columns:
             if kind not in _PYTHON_TYPES:
                 raise ValueError(f"task table {self.name}: unknown column type {kind!r}")
+        if not self.per_page and "page_id" in self.key:
+            raise ValueError(f"task table {self.name}: a table not per page needs its own key")
         for column in (*self.key, *(c for index in self.indexes for c in index)):
             self.column(column)
         if self.partition_by is not None:
@@ -78,12 +86,12 @@ class TaskTable:
 
     @property
     def all_columns(self) -> tuple[tuple[str, str], ...]:
-        """(name, type) of every column, ``page_id`` first."""
-        return (("page_id", "id"), *self.columns)
+        """(name, type) of every column, ``page_id`` first (when the table is per page)."""
+        return (("page_id", "id"), *self.columns) if self.per_page else self.columns
 
     def column(self, name: str) -> str:
         """``name`` if it is a column of this table (it is then safe to put in SQL)."""
-        if name == "page_id" or any(name == c for c, _ in self.columns):
+        if any(name == c for c, _ in self.all_columns):
             return name
         raise KeyError(f"task table {self.name} has no column {name!r}")
 
