@@ -217,7 +217,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for pages in args.pages:
             results[pages] = measure(
-                pages, args.hosts, args.repeat, Path(tmp), output=not args.no_output,
+                pages,
+                args.hosts,
+                args.repeat,
+                Path(tmp),
+                output=not args.no_output,
                 url=args.storage,
             )
     print(f"\n| call | {' | '.join(f'{p:,} pages' for p in args.pages)} |")
