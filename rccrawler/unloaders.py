@@ -188,10 +188,11 @@ def page_skip_reason(page: PageData) -> str:
     return ""
 
 
-SHARED_SITE_PAGES = 100_000
+SHARED_SITE_PAGES = 5_000
 """Pages of a crawl's sites read once for all its unloaders (:func:`site_pages`,
-:func:`site_arcs`, :func:`site_skipped`), kept in memory while they run: about 0.5 KB
-a page, 16 bytes an arc. The sites beyond this many pages, counted from the first one
+:func:`site_arcs`, :func:`site_skipped`), kept in memory while they run: about 0.8 KB
+a page with its arcs (a 10,000-page site shared took 8 MB more at its peak, so the
+budget stays a few MB). The sites beyond this many pages, counted from the first one
 read, are read again by each unloader, so writing the output never takes memory in
 proportion to the crawl."""
 
