@@ -322,8 +322,3 @@ class DataManager(ABC):
         Raises:
             KeyError: no such table, or it is kept per page.
         """
-
-    @abstractmethod
-    def create_deferred_indexes(self) -> None:
-        """Build the indexes of task tables declared with ``defer_indexes`` (the crawl
-        is over; a task calls it before unloading). Already built ones are kept."""

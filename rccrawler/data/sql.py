@@ -314,10 +314,6 @@ class SQLDataManager(DataManager):
     """The dialect's type map for SCHEMA: float, id, bool, false, bytes, without_rowid."""
     text_order: ClassVar[str] = ""
     """A collation clause that sorts text by bytes (SQLite's default already does)."""
-    covering_indexes: ClassVar[bool] = False
-    """Whether a task table's deferred indexes carry its other columns. A SQLite table
-    is stored in its key's order: a read in another order would seek the table once per
-    row. A PostgreSQL table is a heap, read through any index alike."""
 
     def __init__(self, **options: Unpack[StorageOptions]) -> None:
         self.limits = options.get("limits") or CrawlLimits()
@@ -407,20 +403,15 @@ class SQLDataManager(DataManager):
             f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({key}))"
             f"{self.types['without_rowid']};\n"
         )
-        return text + self._task_index_sql(table, deferred=False)
+        return text + self._task_index_sql(table)
 
-    def _task_index_sql(self, table: TaskTable, *, deferred: bool) -> str:
+    def _task_index_sql(self, table: TaskTable) -> str:
         """The page_id index (unless the key starts with page_id), then the declared
-        indexes, now or once the crawl is over (``deferred``) as the table says."""
+        indexes."""
         text = ""
         for number, index in enumerate((("page_id",), *table.indexes)):
-            later = number > 0 and table.defer_indexes
-            if later != deferred or (number == 0 and table.key[0] == "page_id"):
+            if number == 0 and (table.key[0] == "page_id" or not table.per_page):
                 continue
-            if number == 0 and not table.per_page:
-                continue
-            if later and self.covering_indexes:
-                index += tuple(c for c, _ in table.columns if c not in index + table.key)
             text += (
                 f"CREATE INDEX IF NOT EXISTS {table.name}_i{number} "
                 f"ON {table.name} ({', '.join(index)});\n"
@@ -448,14 +439,6 @@ class SQLDataManager(DataManager):
                     "of the task does: it was written by another version; crawl again "
                     "with --fresh (or under another name) to rebuild it"
                 )
-
-    def create_deferred_indexes(self) -> None:
-        statements = "".join(
-            self._task_index_sql(table, deferred=True) for table in self.task_tables.values()
-        )
-        with self._atomic() as cur:
-            for statement in filter(None, statements.split(";\n")):
-                cur.execute(statement)
 
     @abstractmethod
     def _allocate_ids(self, cur: Cursor, count: int) -> list[int]:

@@ -145,7 +145,6 @@ class SQLiteDataManager(SQLDataManager):
     """...or this many calls, whichever comes first (and when a thread goes idle)."""
     front_batch: ClassVar[int] = 32
     """Waiting pages of a site leased from the database at once."""
-    covering_indexes: ClassVar[bool] = True
 
     def __init__(
         self, path: Path, *, synchronous: str = "NORMAL", **options: Unpack[StorageOptions]

@@ -43,11 +43,6 @@ class TaskTable:
         key: the primary key (must include ``page_id`` or make rows unique per page).
         indexes: extra indexes, each a tuple of column names (``page_id`` has one,
             the key's own when the key starts with it).
-        defer_indexes: build ``indexes`` only once the crawl is over
-            (:meth:`~rccrawler.data.base.DataManager.create_deferred_indexes`). A table
-            that gets many rows per page, indexed by a column in no useful order (a
-            search term), is then written as appends at crawl speed; until then a read
-            by that column scans the table.
         partition_by: on PostgreSQL, hash-partition the table by this column (a
             big table spread by key, SPEC §7); ignored by SQLite.
         partitions: how many hash partitions (None: the backend's default); read when
@@ -61,7 +56,6 @@ class TaskTable:
     key: tuple[str, ...] = ("page_id",)
     indexes: tuple[tuple[str, ...], ...] = ()
     partition_by: str | None = None
-    defer_indexes: bool = False
     partitions: int | None = None
     per_page: bool = True
 
