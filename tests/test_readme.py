@@ -143,3 +143,17 @@ def test_crawling_your_own_sites_runs_as_written(serve, tmp_path):
     )
     assert shown_line and bad.returncode == 2
     assert bad.stderr.strip() == shown_line.group(1)
+
+
+def test_the_error_kinds_the_readme_lists_are_the_ones_the_crawler_names():
+    from rccrawler.web.fetch import ERROR_KINDS
+
+    section = README.read_text().split("### Error kinds", 1)[1].split("\n#", 1)[0]
+    listed = re.findall(r"`([a-zN_]+)`", "".join(re.findall(r"^\| (.*?) \|", section, re.M)))
+    assert listed == list(ERROR_KINDS)
+    # ...and every name the crawler's code gives an error is one of them.
+    code = "".join(p.read_text() for p in (README.parent / "rccrawler").rglob("*.py"))
+    named = re.findall(
+        r'FetchError\("(\w+)"|error="(\w+)"|^ +\(.*, "(\w+)", (?:True|False)\),$', code, re.M
+    )
+    assert {name for names in named for name in names if name} <= set(ERROR_KINDS)

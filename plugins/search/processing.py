@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import Stemmer  # type: ignore[import-not-found]
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 WORD = re.compile(r"[^\W\d_]+")
 """A word is a run of letters: digits, underscores and punctuation split words."""
@@ -31,12 +31,6 @@ def languages() -> list[str]:
 def words(text: str) -> list[str]:
     """The lowercase letter runs of ``text``, in order."""
     return WORD.findall(text.lower())
-
-
-def word_spans(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, lowercase word) of each letter run of ``text``, for snippets."""
-    for match in WORD.finditer(text):
-        yield match.start(), match.end(), match.group().lower()
 
 
 def _read_list(path: Path | None, default: str) -> list[list[str]]:

@@ -44,9 +44,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-ERROR_KINDS = ("timeout", "connection_refused", "dns", "tls", "connection", "proxy",
-               "decode", "bad_url", "http")  # fmt: skip
-"""The transport error names a page can end with (README "Error kinds"); stable."""
+ERROR_KINDS = ("connection_refused", "dns", "tls", "timeout", "connection", "proxy",
+               "decode", "bad_url", "bad_redirect", "http_NNN", "http")  # fmt: skip
+"""The error names a page can end with, as README's "Error kinds" lists them (a test
+holds the two together); stable. ``http_NNN`` stands for ``http_404`` and the like."""
 
 
 def _accept_encoding() -> str:
