@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import sqlite3
 import subprocess
 import sys
 import urllib.request
+from itertools import islice
 
 import psycopg
 import pytest
@@ -17,9 +19,11 @@ from webserver import Resource
 
 from plugins.search import SearchManager, TextProcessor
 from plugins.search.content import extract_content
-from plugins.search.index import build_document, keyword_factor
-from plugins.search.processing import load_stopwords, load_synonyms, words
-from plugins.search.query import QueryError, tokenize
+from plugins.search.index import Posting, PostingCache, build_document, keyword_factor
+from plugins.search.processing import WORD, load_stopwords, load_synonyms, words
+from plugins.search.query import QueryError, QueryEvaluator, closeness, tokenize
+from plugins.search.settings import text_processor
+from plugins.search.snippet import skip_words
 from rccrawler.data.postgres import schema_for
 from rccrawler.data.sqlite import STATE_FILE
 from rccrawler.exceptions import ConfigError, StateError
@@ -426,3 +430,90 @@ def test_phrase_positions_scanned_are_bounded(indexed, monkeypatch):
     monkeypatch.setattr(query, "MAX_PHRASE_POSITIONS", 3)
     assert paths(indexed, '"apple pie"') == []
     assert paths(indexed, "apple pie") == ["/p1.html", "/p6.html"]  # plain words: no scan
+
+
+PAGING_QUERIES = ("pie", "apple OR cinnamon OR pie", "quokka", "pie NOT cherry", "pine* OR apple")
+
+
+def test_each_page_of_hits_is_the_slice_of_the_whole_ranking(indexed):
+    """Only the ties reaching into the page asked for are read: every page is still
+    the slice of the whole ranking, ties ordered by URL."""
+    with SearchManager.open_index(indexed) as index:
+        evaluator = QueryEvaluator(index, text_processor(indexed))
+        for query in PAGING_QUERIES:
+            whole = evaluator.results(query, None)
+            assert whole.total == len(whole.hits) >= 2, query
+            key = [(-hit.score, hit.url) for hit in whole.hits]
+            assert key == sorted(key), query
+            for size in (1, 2, 3):
+                for offset in range(0, whole.total + 1):
+                    page = evaluator.results(query, size, offset)
+                    assert page.hits == whole.hits[offset : offset + size], (query, size)
+
+
+def test_a_long_lived_index_caches_and_notices_new_documents(indexed):
+    """A SearchIndex kept open (``serve``) keeps decoded posting lists, within their
+    bound, and drops them when the documents or the lists change."""
+    with SearchManager.open_index(indexed) as index:
+        evaluator = QueryEvaluator(index, text_processor(indexed))
+        first = {query: evaluator.results(query, None) for query in SAME_HITS_QUERIES}
+        assert 0 < len(index.cache) <= index.cache.budget
+        evaluator = QueryEvaluator(index, text_processor(indexed))
+        assert {query: evaluator.results(query, None) for query in first} == first
+        _execute(indexed, "DELETE FROM search_built")
+        evaluator = QueryEvaluator(index, text_processor(indexed))  # looks again
+        assert not index.lists_built()
+        assert len(index.cache) == 0
+        assert {query: evaluator.results(query, None) for query in first} == first
+        assert len(index.cache) == 0  # scanned postings are not kept
+
+
+def test_the_posting_cache_keeps_the_latest_lists_within_its_bound():
+    cache = PostingCache(5)
+    postings = {name: dict.fromkeys(range(size), Posting(1.0)) for name, size in
+                (("a", 2), ("b", 2), ("c", 2), ("huge", 6))}  # fmt: skip
+    for name in ("a", "b"):
+        cache.put(name, postings[name])
+    assert cache.get("a") is postings["a"]  # "a" is now the latest used
+    cache.put("c", postings["c"])  # 6 > 5: the least recently used ("b") goes
+    assert cache.get("b") is None
+    assert cache.get("a") is postings["a"]
+    assert cache.get("c") is postings["c"]
+    assert len(cache) == 4
+    cache.put("huge", postings["huge"])  # larger than the whole bound: not kept
+    assert cache.get("huge") is None
+    assert len(cache) == 4
+    cache.clear()
+    assert len(cache) == 0
+    assert cache.get("a") is None
+
+
+def _smallest_window(positions: list[list[int]]) -> float:
+    """:func:`closeness` by brute force: every window between two positions."""
+    spots = sorted({p for plist in positions for p in plist})
+    widths = [right - left + 1 for left in spots for right in spots if right >= left
+              and all(any(left <= p <= right for p in plist) for plist in positions)]  # fmt: skip
+    return len(positions) / min(widths) if widths else 0.0
+
+
+def test_closeness_is_the_smallest_window_holding_every_term():
+    rng = random.Random(16)
+    for _ in range(300):
+        spots = rng.sample(range(60), rng.randint(0, 25))
+        cuts = sorted(rng.randint(0, len(spots)) for _ in range(rng.randint(1, 3)))
+        lists = [sorted(spots[a:b]) for a, b in zip([0, *cuts], [*cuts, len(spots)], strict=True)]
+        if rng.random() < 0.2:
+            lists.append(lists[0])  # a word twice in the query
+        assert closeness(lists) == _smallest_window(lists), lists
+
+
+def test_a_snippet_passes_words_as_its_letter_runs():
+    rng = random.Random(16)
+    for _ in range(40):
+        text = "".join(rng.choice("ab é_1 .,-İß\u0301\n漢") for _ in range(rng.choice((50, 9000))))
+        count = len(WORD.findall(text))
+        for start in (0, 31, 32, 33, count // 2, count - 1, count, count + 3):
+            expected = [m.span() for m in islice(WORD.finditer(text), start, start + 30)]
+            at, rest = skip_words(text, max(0, start))
+            found = [m.span() for m in islice(WORD.finditer(text, at), rest, rest + 30)]
+            assert found == expected

@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import threading
 from array import array
 from bisect import bisect_left
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from operator import itemgetter
@@ -106,6 +107,8 @@ MAX_EXPANSION = 500
 """Words a wildcard expands to at most."""
 BATCH = 1_024
 """Pages per row of a posting list (and per read of the pages when deriving them)."""
+CACHE_POSTINGS = 300_000
+"""Postings a :class:`SearchIndex` keeps decoded at most (about 50 MB)."""
 
 Number = TypeVar("Number", int, float)
 
@@ -478,31 +481,100 @@ def _prefix_range(items: Sequence[str], prefix: str) -> slice:
     return slice(low, bisect_left(items, prefix + "\U0010ffff", low))
 
 
+class PostingCache:
+    """The decoded posting lists of the terms used last, ``budget`` postings in all at
+    most (a list longer than that is not kept); safe across threads."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._lists: OrderedDict[str, dict[PageId, Posting]] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, term: str) -> dict[PageId, Posting] | None:
+        with self._lock:
+            found = self._lists.get(term)
+            if found is not None:
+                self._lists.move_to_end(term)
+            return found
+
+    def put(self, term: str, postings: dict[PageId, Posting]) -> None:
+        if len(postings) > self.budget:
+            return
+        with self._lock:
+            old = self._lists.pop(term, None)
+            self._size += len(postings) - (len(old) if old is not None else 0)
+            self._lists[term] = postings
+            while self._size > self.budget:
+                _term, dropped = self._lists.popitem(last=False)
+                self._size -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lists.clear()
+            self._size = 0
+
+    def __len__(self) -> int:
+        """Postings kept."""
+        return self._size
+
+
 class SearchIndex:
     """The index, read through the DataManager's task tables (any storage backend).
 
     Reads go to the posting lists once the crawl has derived them for every document,
     else (a running or stopped crawl) they scan the per-page rows: slower, same hits.
 
+    What does not change while no page is added is kept: the documents' lengths and
+    the decoded posting lists of the terms asked for most recently (at most
+    ``cache_postings`` postings in all). :meth:`document_count` (a query evaluator
+    asks once per query) drops them when the count of documents or of those the lists
+    cover has changed.
+
     Args:
         data: an open DataManager of a crawl made by the search task.
+        cache_postings: postings kept decoded at most (0: none).
     """
 
-    def __init__(self, data: DataManager) -> None:
+    def __init__(self, data: DataManager, *, cache_postings: int = CACHE_POSTINGS) -> None:
         self.data = data
         self._average_length: float | None = None
+        self._lengths: dict[PageId, int] | None = None
         self._lists: bool | None = None
+        self._seen_state: tuple[int, bool] | None = None
+        self.cache = PostingCache(cache_postings)
+        """The decoded posting lists kept."""
 
     def average_length(self) -> float:
         """Words in a document's body on average (read once: it changes slowly)."""
         if self._average_length is None:
-            lengths = [int(n) for (n,) in self.data.task_rows(DOCS.name, columns=("length",))]
-            self._average_length = max(1.0, sum(lengths) / max(1, len(lengths)))
+            self._read_lengths()
+        assert self._average_length is not None
         return self._average_length
 
+    def _read_lengths(self) -> dict[PageId, int]:
+        """Every document's length, read in one scan, kept with their average: an int
+        per document (as a search engine keeps its norms), where looking up the 200
+        lengths a query re-ranks by one by one read their wide rows from disk (40 ms)."""
+        rows = self.data.task_rows(DOCS.name, columns=("page_id", "length"))
+        lengths = {PageId(int(page)): int(n) for page, n in rows}
+        self._average_length = max(1.0, sum(lengths.values()) / max(1, len(lengths)))
+        self._lengths = lengths
+        return lengths
+
     def lengths(self, page_ids: Iterable[PageId]) -> dict[PageId, int]:
-        """page id → words in its body."""
-        return {PageId(int(page)): int(n) for page, n in self._by_ids(("length",), page_ids)}  # type: ignore[call-overload]
+        """page id → words in its body (a page indexed after the first read is read
+        from the table)."""
+        known = self._lengths if self._lengths is not None else self._read_lengths()
+        wanted = list(page_ids)
+        found = {page: known[page] for page in wanted if page in known}
+        missing = [page for page in wanted if page not in found]
+        if missing:
+            found.update(
+                (PageId(int(page)), int(n))  # type: ignore[call-overload]
+                for page, n in self._by_ids(("length",), missing)
+            )
+        return found
 
     def document_count(self) -> int:
         """Documents in the index; also looks again whether the posting lists cover them
@@ -510,6 +582,11 @@ class SearchIndex:
         total = self.data.task_row_total(DOCS.name)
         built = self.data.task_rows(BUILT.name)
         self._lists = bool(built) and int(built[0][0]) == total
+        if (total, self._lists) != self._seen_state:
+            # Pages were added or the lists derived: what was cached may be stale.
+            self._seen_state = (total, self._lists)
+            self.cache.clear()
+            self._lengths = self._average_length = None
         return total
 
     def lists_built(self) -> bool:
@@ -522,22 +599,36 @@ class SearchIndex:
         return {PageId(int(row[0])) for row in self.data.task_rows(DOCS.name, columns=("page_id",))}
 
     def postings(self, term: str) -> dict[PageId, Posting]:
-        """keyword → pages with weights and positions, by page id."""
-        found: dict[PageId, Posting] = {}
+        """keyword → pages with weights and positions, by page id (the caller must not
+        change it: it may be the cached one)."""
         if not self.lists_built():
-            columns = ("page_id", "terms", "weights", "counts", "positions")
-            for page, terms, weights, counts, positions in sorted(
-                self.data.task_rows(DOCS.name, columns=columns), key=itemgetter(0)
-            ):
-                names = _lines(terms)
-                at = bisect_left(names, term)
-                if at < len(names) and names[at] == term:
-                    kept = _unpack(_U32, bytes(counts))
-                    blob = bytes(positions)
-                    begin = 1 + blob[0] * sum(kept[:at])
-                    segment = blob[:1] + blob[begin : begin + blob[0] * kept[at]]
-                    found[PageId(int(page))] = Posting(_unpack("d", bytes(weights))[at], segment)
-            return found
+            return self._scanned_postings(term)
+        found = self.cache.get(term)
+        if found is None:
+            found = self._listed_postings(term)
+            self.cache.put(term, found)
+        return found
+
+    def _scanned_postings(self, term: str) -> dict[PageId, Posting]:
+        """The postings of ``term`` read from the per-page rows (lists not derived)."""
+        found: dict[PageId, Posting] = {}
+        columns = ("page_id", "terms", "weights", "counts", "positions")
+        for page, terms, weights, counts, positions in sorted(
+            self.data.task_rows(DOCS.name, columns=columns), key=itemgetter(0)
+        ):
+            names = _lines(terms)
+            at = bisect_left(names, term)
+            if at < len(names) and names[at] == term:
+                kept = _unpack(_U32, bytes(counts))
+                blob = bytes(positions)
+                begin = 1 + blob[0] * sum(kept[:at])
+                segment = blob[:1] + blob[begin : begin + blob[0] * kept[at]]
+                found[PageId(int(page))] = Posting(_unpack("d", bytes(weights))[at], segment)
+        return found
+
+    def _listed_postings(self, term: str) -> dict[PageId, Posting]:
+        """The postings of ``term`` read from its posting lists."""
+        found: dict[PageId, Posting] = {}
         rows = self.data.task_rows(
             LISTS.name,
             columns=("batch", "pages", "weights", "counts", "positions"),

@@ -19,6 +19,8 @@ import heapq
 import math
 import re
 from dataclasses import dataclass, field
+from itertools import chain, compress, groupby
+from operator import itemgetter, ne, or_, sub
 from typing import TYPE_CHECKING
 
 from plugins.search.index import FIELD_GAP
@@ -201,10 +203,7 @@ class QueryEvaluator:
         # pages in, which differs between runs and storage backends.
         key = [(-round(score, 4), page) for page, score in scores.items()]
         end = len(key) if limit is None else offset + limit
-        near = [page for _score, page in heapq.nsmallest(end + TIE_MARGIN, key)]
-        documents = self.data.documents(near)
-        ordered = sorted(near, key=lambda page: (-round(scores[page], 4), documents[page][0]))
-        chosen = ordered[offset:end]
+        chosen, documents = self._page_of_hits(heapq.nsmallest(end + TIE_MARGIN, key), offset, end)
         texts = self.data.stored_texts(chosen)
         hits = []
         for page in chosen:
@@ -219,6 +218,30 @@ class QueryEvaluator:
                 snippet = make_snippet(texts[page], positions, self.highlight, self.processor)
             hits.append(Hit(url, title, summary, round(scores[page], 4), snippet))
         return Results(len(scores), hits)
+
+    def _page_of_hits(
+        self, near: list[tuple[float, PageId]], offset: int, end: int
+    ) -> tuple[list[PageId], dict[PageId, tuple[str, str, str]]]:
+        """Hits ``offset`` to ``end`` of ``near`` (sorted by score, then page id) once
+        equal scores are ordered by URL, and their documents.
+
+        Only the groups of equal scores that reach into the page are read (a page's
+        row is wide: reading the ``TIE_MARGIN`` hits after it cost more than the rest).
+        """
+        groups: list[list[PageId]] = []
+        at = first = 0
+        for _score, group in groupby(near, key=itemgetter(0)):
+            if at >= end:
+                break
+            pages = [page for _score, page in group]
+            if at + len(pages) > offset:
+                first = first if groups else at
+                groups.append(pages)
+            at += len(pages)
+        documents = self.data.documents([page for pages in groups for page in pages])
+        ordered = [page for pages in groups
+                   for page in sorted(pages, key=lambda page: documents[page][0])]  # fmt: skip
+        return ordered[offset - first : end - first], documents
 
     def evaluate(self, query: str) -> Scores:
         """Every matching document with its term score (before re-ranking)."""
@@ -245,7 +268,7 @@ class QueryEvaluator:
         normalize = self._plain_words > 1
         if not (groups or normalize) or len(scores) < 2:
             return scores
-        best = sorted(scores, key=lambda page: -scores[page])[:RERANK]
+        best = heapq.nlargest(RERANK, scores, key=scores.__getitem__)
         factors = dict.fromkeys(best, 1.0)
         if normalize:
             average = self.data.average_length()
@@ -254,15 +277,16 @@ class QueryEvaluator:
                     1.0 - LENGTH_NORMALIZATION + LENGTH_NORMALIZATION * length / average
                 )
         # The hits below the re-ranked ones stay below them: they get the lowest factor.
-        ranked = {page: score * min(factors.values()) for page, score in scores.items()}
+        lowest = min(factors.values())
+        ranked = {page: score * lowest for page, score in scores.items()}
         for page in best:
-            closeness = 0.0
+            nearest = 0.0
             for group in groups:
                 lists = [self._seen[t][page].first_positions(SNIPPET_POSITIONS) for t in group
                          if t in self._seen and page in self._seen[t]]  # fmt: skip
                 if len(lists) == len(group):
-                    closeness = max(closeness, _closeness(lists))
-            ranked[page] = scores[page] * factors[page] * (1.0 + PROXIMITY_WEIGHT * closeness)
+                    nearest = max(nearest, closeness(lists))
+            ranked[page] = scores[page] * factors[page] * (1.0 + PROXIMITY_WEIGHT * nearest)
         return ranked
 
     # -- parser ------------------------------------------------------------
@@ -403,18 +427,27 @@ class QueryEvaluator:
 
 def _phrase_starts(positions: list[list[int]], offsets: list[int]) -> list[int]:
     """Positions p of the first term where each i-th term stands at p + offsets[i]."""
-    later = [set(p) for p in positions[1:]]
-    return [
-        start
-        for start in positions[0]
-        if all(start + offset in found for offset, found in zip(offsets[1:], later, strict=True))
-    ]
+    # Set operations in C: the starts the i-th term allows are its positions - offsets[i].
+    starts = set(positions[0])
+    for offset, found in zip(offsets[1:], positions[1:], strict=True):
+        starts.intersection_update(map((-offset).__add__, found))
+        if not starts:
+            return []
+    return sorted(starts)
 
 
-def _closeness(positions: list[list[int]]) -> float:
+def closeness(positions: list[list[int]]) -> float:
     """1 when the terms stand side by side somewhere, falling towards 0 as the
     smallest window holding one of each widens (a classic minimal-span measure)."""
+    if len(positions) == 2:
+        return _closeness_of_two(*positions)
     events = sorted((p, i) for i, plist in enumerate(positions) for p in plist)
+    # Of a run of one term's positions only the two ends can bound a smallest window
+    # (it starts at the last of a run and ends at the first): drop the rest, in C.
+    terms = [term for _position, term in events]
+    if len(terms) > 2:
+        before, after = [-1, *terms[:-1]], [*terms[1:], -1]
+        events = list(compress(events, map(or_, map(ne, terms, before), map(ne, terms, after))))
     need = len(positions)
     counts = [0] * need
     have = 0
@@ -426,7 +459,8 @@ def _closeness(positions: list[list[int]]) -> float:
             have += 1
         while have == need:
             start, first = events[left]
-            best = min(best, position - start + 1)
+            if position - start + 1 < best:
+                best = position - start + 1
             counts[first] -= 1
             if counts[first] == 0:
                 have -= 1
@@ -434,3 +468,16 @@ def _closeness(positions: list[list[int]]) -> float:
     if best == math.inf:
         return 0.0
     return float(need / best)
+
+
+def _closeness_of_two(first: list[int], second: list[int]) -> float:
+    """:func:`closeness` of two terms, in C: the smallest window holding both is two
+    neighbours, one of each term, in the merged positions (a position holds one term)."""
+    if not first or not second:
+        return 0.0
+    # Position × 2 + which term: sorted, neighbours of different terms are the windows.
+    keys = sorted(chain(map((2).__mul__, first), map((1).__add__, map((2).__mul__, second))))
+    spots = list(map((2).__rfloordiv__, keys))
+    which = list(map((2).__rmod__, keys))
+    gaps = compress(map(sub, spots[1:], spots[:-1]), map(ne, which[1:], which[:-1]))
+    return 2 / (int(min(gaps)) + 1)

@@ -7,6 +7,7 @@ never reaches a page or a terminal raw.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from html import escape
 from itertools import islice
@@ -25,6 +26,11 @@ WINDOW = 30
 
 LEAD = 4
 """Words shown before the first match of the chosen passage."""
+
+
+_SKIPS = tuple((size, re.compile(rf"(?:[\W\d_]*+[^\W\d_]++){{{size}}}")) for size in (1024, 32))
+"""Patterns passing ``size`` words (:data:`WORD`'s letter runs) at once; possessive,
+so no run is split in two to make up the count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +90,8 @@ def make_snippet(
     start = _best_distinct_window(body, by_term, width)
     start = max(0, start - LEAD)
     # Word n of the body is the n-th letter run of its text (positions count them all).
-    spans = list(islice(WORD.finditer(stored.text), start, start + width))
+    at, rest = skip_words(stored.text, start)
+    spans = list(islice(WORD.finditer(stored.text, at), rest, rest + width))
     if not spans:
         return mark(stored.summary, terms, processor)
     begin, end = spans[0].start(), spans[-1].end()
@@ -97,6 +104,20 @@ def make_snippet(
     found = mark(text, terms, processor)
     shift = len(prefix)
     return Snippet(prefix + text + suffix, tuple((s + shift, e + shift) for s, e in found.marks))
+
+
+def skip_words(text: str, count: int) -> tuple[int, int]:
+    """Where ``text`` is past (about) its first ``count`` words, and how many of them
+    are left to pass: whole blocks of words are passed by one regular-expression match
+    each, without a match object per word (the snippet's cost on a long page)."""
+    at = 0
+    for size, pattern in _SKIPS:
+        while count >= size:
+            match = pattern.match(text, at)
+            if match is None:
+                break
+            at, count = match.end(), count - size
+    return at, count
 
 
 def _best_distinct_window(hits: list[int], by_term: Mapping[int, str], width: int) -> int:
