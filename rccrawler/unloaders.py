@@ -205,8 +205,7 @@ def _site_is_shared(context: CrawlContext, host: str) -> bool:
         stats = next((h for h in context.data.statistics().hosts if h.host == host), None)
         if stats is None:
             return False
-        pages = stats.waiting + stats.running + stats.downloaded + stats.done
-        pages += stats.errors + stats.skipped + stats.duplicates
+        pages = stats.active + stats.done + stats.errors + stats.skipped + stats.duplicates
         with _shared_lock:
             held = _shared.setdefault(context, {})
             budget = held.get(("pages budget", ""), SHARED_SITE_PAGES)

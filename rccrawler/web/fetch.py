@@ -610,19 +610,18 @@ class Fetcher:
                 conn = self.pool.connection_from_host(
                     ip.strip("[]"), int(mapped_port), scheme, pool_kwargs=pool_kwargs
                 )
-                resp = conn.urlopen(
-                    method, target, headers=headers, redirect=False, retries=False,
-                    preload_content=False, assert_same_host=False, timeout=self.timeout,
-                )  # fmt: skip
             elif self.settings.proxy or not address:
+                conn = None  # the proxy manager picks the connection from the whole URL
+            else:
+                # What PoolManager.urlopen would do, from the URL already split: it
+                # would parse the URL again, for its pool and for the target.
+                conn = self.pool.connection_from_host(address, port, scheme)
+            if conn is None:
                 resp = self.pool.urlopen(
                     method, url, headers=headers, redirect=False, retries=False,
                     preload_content=False, timeout=self.timeout,
                 )  # fmt: skip
             else:
-                # What PoolManager.urlopen would do, from the URL already split: it
-                # would parse the URL again, for its pool and for the target.
-                conn = self.pool.connection_from_host(address, port, scheme)
                 resp = conn.urlopen(
                     method, target, headers=headers, redirect=False, retries=False,
                     preload_content=False, assert_same_host=False, timeout=self.timeout,
