@@ -339,8 +339,10 @@ class ApplicationManager:
             if self.finished:
                 self.failed_sites = self.finisher.failed_sites(self.data.statistics())
             # Of several workers sharing a crawl, one writes the files (SPEC §9).
-            if self.finished and self.data.try_elect("unload"):
-                self.unload()
+            if self.finished:
+                with self.data.elected("unload") as elected:
+                    if elected:
+                        self.unload()
             return self.finished
         finally:
             run_log.end()

@@ -69,10 +69,14 @@ def worker_settings(
     return pg_crawler.settings_file(["a.test"], server.resolve, threads=threads, crawl=crawl)
 
 
-def wait_all(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+def wait_all(workers: list[subprocess.Popen[bytes]], timeout: float = 60) -> list[str]:
+    """Each worker's log, once all have exited with 0."""
+    logs = []
     for worker in workers:
         _out, err = worker.communicate(timeout=timeout)
-        assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
+        logs.append(err.decode(errors="replace"))
+        assert worker.returncode == 0, logs[-1][-3000:]
+    return logs
 
 
 def graph_by_url(result: CrawlResult, host: str) -> tuple[set[str], set[tuple[str, str]]]:
@@ -94,8 +98,12 @@ def test_three_workers_share_one_crawl(serve, pg_crawler, tmp_path):
     server = serve({"a.test": site})
     path = worker_settings(pg_crawler, server, 4, 2, max_downloads_at_time=4)
     started = time.monotonic()
-    wait_all(start_workers(path, 3))
+    logs = wait_all(start_workers(path, 3))
     elapsed_3 = time.monotonic() - started
+    # One worker, elected, writes the output files (a slower one, finding the crawl
+    # over after the first had closed, once wrote them all again).
+    writers = [log for log in logs if "report.json" in log]
+    assert len(writers) == 1, [log[-600:] for log in logs]
     paths = Counter(server.paths_for("a.test"))
     pages = [p for p in paths if p != "/robots.txt"]
     assert len(pages) == 600

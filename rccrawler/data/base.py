@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
@@ -228,10 +229,12 @@ class DataManager(ABC):
         cannot: a SQLite crawl is known to run by its state lock, not its storage)."""
         return 0
 
-    def try_elect(self, role: str) -> bool:
+    @contextlib.contextmanager
+    def elected(self, role: str) -> Iterator[bool]:
         """Whether this process is the one to do ``role`` (writing the output files) among
-        all the processes of the crawl. True by default: a crawl of one process."""
-        return True
+        all the processes of the crawl, for the body of the ``with``; a body that ends
+        without an exception has done it. True by default: a crawl of one process."""
+        yield True
 
     # -- waiting ---------------------------------------------------------------
     def wait_for_work(self, timeout: float, kind: str = "") -> None:

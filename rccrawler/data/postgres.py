@@ -326,14 +326,24 @@ class _HeldHost:
     and the host is given back once nothing of it is in progress here."""
 
 
+def _set_meta(cur: Cursor, key: str, value: str) -> None:
+    """Write one of the crawl's shared values (the ``meta`` table), new or not."""
+    cur.execute(
+        "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
 def _threads_wanted(held: _HeldHost) -> int:
     """Downloading threads a held host will keep busy: a worker leases hosts until these
-    add up to its threads. A host without a crawl delay takes its whole limit; a host
-    with a delay sends one request per delay, so it rarely needs more than one thread;
-    one behind its breadth-first barrier, with nothing left to claim, or being handed
-    over takes only what is in flight."""
+    add up to its threads, and shares hosts out by them. A host without a crawl delay
+    takes its whole limit, even while behind its breadth-first barrier (counting only
+    what was in flight then, the first worker up leased 4 hosts of 8 while two others
+    started, and kept them); a host with a delay sends one request per delay, so it
+    rarely needs more than one thread; one with nothing left to claim, or being handed
+    over, takes only what is in flight."""
     data = held.data
-    if held.draining or ((held.dry or held.exhausted) and not held.queue):
+    if held.draining or (held.exhausted and not held.queue):
         return data.in_flight
     if data.crawl_delay > 0:
         return min(data.max_downloads_at_time, max(1, data.in_flight))
@@ -376,10 +386,14 @@ class PostgresDataManager(SQLDataManager):
     shared: ClassVar[bool] = True
     batch_size: ClassVar[int] = 16
     """Waiting pages of a held host claimed in one round trip."""
-    reap_interval: ClassVar[float] = 0.5
-    """Seconds between two looks for dead workers."""
+    reap_interval: ClassVar[float] = 0.25
+    """Seconds between two looks for dead workers, and at how the hosts are shared."""
     stats_max_age: ClassVar[float] = 0.25
     """Seconds a statistics() snapshot is reused."""
+    idle_stats_max_age: ClassVar[float] = 0.05
+    """The same, while this worker holds no host and has no page in progress: it then
+    waits only on the others, and a finished crawl should end every worker at once (at
+    the end of a crawl of 3 workers, the last to see it exited 0.2 s after the first)."""
     stop_poll_s: ClassVar[float] = 1.0
     """Seconds between two looks for a stop request (``rccrawler stop``)."""
     read_connections: ClassVar[int] = 3
@@ -434,6 +448,8 @@ class PostgresDataManager(SQLDataManager):
         self._share = 1 << 30
         """Hosts this worker may hold while others would idle: its fair share of the
         hosts with work (see _balance), known after the first look."""
+        self._spare_published = -1
+        """The idle downloading threads this worker last told the others of."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -488,6 +504,8 @@ class PostgresDataManager(SQLDataManager):
                     (self.owner, self.lock_key, socket.gethostname(), os.getpid(),
                      self._opened_at),
                 )  # fmt: skip
+                _set_meta(cur, f"spare:{self.owner}", str(self.download_slots))
+                self._spare_published = self.download_slots
 
     def _read_columns(self, conn: psycopg.Connection[Row]) -> dict[str, list[tuple[str, str]]]:
         """The crawl's tables and their columns' types (see :func:`_array_insert`)."""
@@ -534,6 +552,7 @@ class PostgresDataManager(SQLDataManager):
                         self._save_held(cur, held)
                     self._reclaim(cur, self.owner)
                     cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
+                    cur.execute("DELETE FROM meta WHERE key = %s", (f"spare:{self.owner}",))
                 self._held.clear()
             self._conn.close()
             self._conn = None
@@ -549,11 +568,7 @@ class PostgresDataManager(SQLDataManager):
     @retry_conflicts
     def request_stop(self) -> None:
         with self._atomic() as cur:
-            cur.execute(
-                "INSERT INTO meta VALUES ('stop_requested', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (repr(self._clock(cur)),),
-            )
+            _set_meta(cur, "stop_requested", repr(self._clock(cur)))
 
     @retry_conflicts
     def stop_requested(self) -> bool:
@@ -787,6 +802,7 @@ class PostgresDataManager(SQLDataManager):
                 cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
                 if cur.fetchone() is None:
                     continue  # another worker reaped it first
+                cur.execute("DELETE FROM meta WHERE key = %s", (f"spare:{owner}",))
                 moved += self._reclaim(cur, owner)
         if moved:
             logger.warning("%d pages of a worker that stopped were queued again", moved)
@@ -827,44 +843,64 @@ class PostgresDataManager(SQLDataManager):
         return moved
 
     def _balance(self) -> None:
-        """Share the hosts fairly between the workers (after each look for dead ones).
+        """Share the hosts between the workers by their idle threads (after each look
+        for dead ones).
 
         The first worker up would otherwise lease every host its threads can take
         before the others have started, and keep them to the end: 8 hosts for 3
         workers came out 4, 4 and 0, and the crawl took as long as 4 hosts on 8
         threads. So a worker holds at most its share of the hosts with work while
-        others would idle, and a worker holding two or more hosts more than another,
-        more than its threads can serve at their limits, hands one over (no new page
-        of it is handed out; it is given back once its pages in progress are stored,
-        see _take_from_held).
+        others would idle; and a worker with more hosts than its threads can serve at
+        their limits hands one over (no new page of it is handed out; it is given back
+        once its pages in progress are stored, see _take_from_held) when no host is
+        free and another worker has idle threads to take it. Each worker publishes its
+        idle threads ("spare") for that. Counting hosts instead handed hosts to workers
+        whose threads were all busy already: nobody leased them for 1.7 s.
         """
         if self.read_only:
             return
+        with self._lock:
+            self._publish_spare()
         with self._reading() as cur:
             cur.execute(
-                "SELECT w.owner, (SELECT count(*) FROM hosts h WHERE h.owner = w.owner) "
+                "SELECT w.owner, (SELECT count(*) FROM hosts h WHERE h.owner = w.owner), "
+                "coalesce((SELECT m.value::int FROM meta m WHERE m.key = 'spare:' || w.owner), 0) "
                 "FROM workers w"
             )
-            held_by = {owner: int(n) for owner, n in cur.fetchall()}
+            others = {owner: (int(n), int(idle)) for owner, n, idle in cur.fetchall()
+                      if owner != self.owner}  # fmt: skip
             cur.execute(
                 "SELECT count(*) FROM hosts h WHERE owner = '' AND robots_state = 'ready' "
                 "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting')"
             )
             free = int((cur.fetchone() or (0,))[0])
-        others = [n for owner, n in held_by.items() if owner != self.owner]
         with self._lock:
             mine = len(self._held)
-            self._share = -(-(mine + sum(others) + free) // (len(others) + 1))
-            if free or not others or mine <= min(others) + 1:
-                return
+            held_elsewhere = sum(n for n, _idle in others.values())
+            self._share = -(-(mine + held_elsewhere + free) // (len(others) + 1))
+            if free or not others:
+                return  # a worker with idle threads leases a free host itself
             if sum(map(_threads_wanted, self._held.values())) <= self.download_slots:
                 return  # its threads serve every host at its limit: nothing to gain
+            if any(h.draining for h in self._held.values()):
+                return
             candidates = [h for h in self._held.values() if not h.exhausted]
-            if candidates and not any(h.draining for h in self._held.values()):
-                # The most recently leased: the least of its work is done.
+            idle = max(idle for _n, idle in others.values())
+            # The most recently leased: the least of its work is done.
+            if candidates and 2 * idle >= candidates[-1].data.max_downloads_at_time:
                 candidates[-1].draining = True
-                logger.info("handing %s over to a worker with fewer hosts",
+                logger.info("handing %s over to a worker with idle threads",
                             candidates[-1].data.host)  # fmt: skip
+
+    def _publish_spare(self) -> None:
+        """Tell the other workers how many of this worker's downloading threads its hosts
+        leave idle, when that changed (lock held)."""
+        wanted = sum(map(_threads_wanted, self._held.values()))
+        spare = max(0, self.download_slots - wanted)
+        if spare != self._spare_published:
+            with self._transaction() as cur:
+                _set_meta(cur, f"spare:{self.owner}", str(spare))
+            self._spare_published = spare
 
     def live_workers(self) -> int:
         return sum(1 for *_rest, alive in self.workers() if alive)
@@ -1154,6 +1190,7 @@ class PostgresDataManager(SQLDataManager):
                 self._deep_links = bool((cur.fetchone() or (False,))[0])
         data.in_flight = 0
         self._held[data.host] = _HeldHost(data, admitted, budget_hit=bool(row[-3]))
+        self._publish_spare()
         return True
 
     def _release_host(self, held: _HeldHost) -> None:
@@ -1166,6 +1203,7 @@ class PostgresDataManager(SQLDataManager):
                 (held.data.host, self.owner),
             )
         del self._held[held.data.host]
+        self._publish_spare()
         self._wake_downloaders = 1 << 16
         self._stats = None  # the site may be over: the finisher should see it now
 
@@ -1196,7 +1234,9 @@ class PostgresDataManager(SQLDataManager):
                 self._reap_dead()
             self._balance()
         stats = self._stats
-        if stats is not None and time.monotonic() - self._stats_at < self.stats_max_age:
+        idle = not self._held and not self._handed and not self._downloaded and not self._parsing
+        max_age = self.idle_stats_max_age if idle else self.stats_max_age
+        if stats is not None and time.monotonic() - self._stats_at < max_age:
             return stats
         # The counters on a pooled connection, without the lock: status, the live view
         # and the finisher never wait behind this process's writes.
@@ -1281,12 +1321,39 @@ class PostgresDataManager(SQLDataManager):
         self._stats = None
         super().set_stop_reason(host, reason)
 
-    @retry_conflicts
-    def try_elect(self, role: str) -> bool:
-        """Whether this worker is the one (of all workers of the crawl) to do ``role``
-        (writing the output files): the first to ask holds it until it closes."""
+    @contextlib.contextmanager
+    def elected(self, role: str) -> Iterator[bool]:
+        """The first worker to ask, of all workers of the crawl, holds ``role`` until it
+        closes; once its body has ended, ``role`` is done for the crawl as it stands, and
+        a worker that asks after the holder closed is not elected again. (The lock alone
+        let a slower worker, finding the crawl over after the first had closed, write
+        every file once more.) If the holder dies in the body, the next to ask does it."""
         if self.read_only:
-            return True
+            yield True
+            return
+        elected, done_as_of = self._elect(role)
+        yield elected
+        if elected:
+            self._mark_done(role, done_as_of)
+
+    @retry_conflicts
+    def _elect(self, role: str) -> tuple[bool, str]:
+        """(whether this worker holds ``role`` and has not done it for the crawl as it
+        stands, the crawl as it stands: its counters by host and state)."""
         with self._atomic() as cur:
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (f"{self.schema}:{role}",))
-            return bool((cur.fetchone() or (False,))[0])
+            if not (cur.fetchone() or (False,))[0]:
+                return False, ""
+            cur.execute(
+                "SELECT coalesce(string_agg(host || ' ' || key || ' ' || n, ',' "
+                "ORDER BY host, key), '') FROM counts WHERE key LIKE 'state:%%' AND n <> 0"
+            )
+            as_of = str((cur.fetchone() or ("",))[0])
+            cur.execute("SELECT value FROM meta WHERE key = %s", (f"done:{role}",))
+            row = cur.fetchone()
+            return row is None or row[0] != as_of, as_of
+
+    @retry_conflicts
+    def _mark_done(self, role: str, as_of: str) -> None:
+        with self._atomic() as cur:
+            _set_meta(cur, f"done:{role}", as_of)

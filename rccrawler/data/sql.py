@@ -521,7 +521,8 @@ class SQLDataManager(DataManager):
             storage = self._storage_identity(cur)
             cur.execute("SELECT key, value FROM meta")
             meta = dict(cur.fetchall())
-            if not meta:
+            # New: no identity yet (workers may have written their own keys already).
+            if not meta.keys() & {"schema_version", "manager", "storage"}:
                 cur.executemany(
                     self._sql("INSERT INTO meta VALUES (?, ?)"),
                     [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
