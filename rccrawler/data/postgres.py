@@ -843,19 +843,18 @@ class PostgresDataManager(SQLDataManager):
         return moved
 
     def _balance(self) -> None:
-        """Share the hosts between the workers by their idle threads (after each look
-        for dead ones).
+        """Share the hosts between the workers (after each look for dead ones).
 
-        The first worker up would otherwise lease every host its threads can take
-        before the others have started, and keep them to the end: 8 hosts for 3
-        workers came out 4, 4 and 0, and the crawl took as long as 4 hosts on 8
-        threads. So a worker holds at most its share of the hosts with work while
-        others would idle; and a worker with more hosts than its threads can serve at
-        their limits hands one over (no new page of it is handed out; it is given back
-        once its pages in progress are stored, see _take_from_held) when no host is
-        free and another worker has idle threads to take it. Each worker publishes its
-        idle threads ("spare") for that. Counting hosts instead handed hosts to workers
-        whose threads were all busy already: nobody leased them for 1.7 s.
+        A worker leases hosts up to its share of those with work (see _below_share),
+        and beyond it while its threads would idle. Workers start at different times,
+        so the first up may hold more than its share: it then hands one over to a
+        worker holding fewer (8 hosts for 3 workers had come out 4, 4 and 0). At the
+        end of a crawl a worker whose hosts are done has idle threads, which each
+        worker publishes ("spare"); one holding more hosts than its threads serve at
+        their limits then hands one over to it. (Counting hosts alone handed hosts to
+        workers whose threads were all busy: nobody leased them for 1.7 s.) A host
+        handed over gets no new page; it is given back once its pages in progress are
+        stored (see _take_from_held), and leased by the worker that lacks one.
         """
         if self.read_only:
             return
@@ -880,17 +879,23 @@ class PostgresDataManager(SQLDataManager):
             self._share = -(-(mine + held_elsewhere + free) // (len(others) + 1))
             if free or not others:
                 return  # a worker with idle threads leases a free host itself
-            if sum(map(_threads_wanted, self._held.values())) <= self.download_slots:
-                return  # its threads serve every host at its limit: nothing to gain
-            if any(h.draining for h in self._held.values()):
-                return
             candidates = [h for h in self._held.values() if not h.exhausted]
-            idle = max(idle for _n, idle in others.values())
+            if not candidates or any(h.draining for h in self._held.values()):
+                return
             # The most recently leased: the least of its work is done.
-            if candidates and 2 * idle >= candidates[-1].data.max_downloads_at_time:
-                candidates[-1].draining = True
-                logger.info("handing %s over to a worker with idle threads",
-                            candidates[-1].data.host)  # fmt: skip
+            given = candidates[-1]
+            if mine > self._share and any(n < self._share for n, _idle in others.values()):
+                why = "fewer hosts than its share"
+            elif (
+                sum(map(_threads_wanted, self._held.values())) > self.download_slots
+                and 2 * max(idle for _n, idle in others.values())
+                >= given.data.max_downloads_at_time
+            ):
+                why = "idle threads"
+            else:
+                return
+            given.draining = True
+            logger.info("handing %s over to a worker with %s", given.data.host, why)
 
     def _publish_spare(self) -> None:
         """Tell the other workers how many of this worker's downloading threads its hosts
@@ -1051,6 +1056,11 @@ class PostgresDataManager(SQLDataManager):
         with self._lock:
             if len(self._downloaded) + len(self._parsing) >= self.max_pending_pages:
                 return None  # the parsers of this process are behind
+            if self._below_share() and time.monotonic() >= self._next_try:
+                # Its threads may all be busy with its hosts, and never find none due.
+                self._next_try = time.monotonic() + self._lease_look
+                if self._lease_host():
+                    self._lease_look = LEASE_LOOK_S[0]
             page = self._take_from_held()
             if page is not None:
                 return page
@@ -1144,14 +1154,19 @@ class PostgresDataManager(SQLDataManager):
         held.exhausted = not pages and not busy
         held.dry = not pages
 
+    def _below_share(self) -> bool:
+        """Whether this worker holds fewer hosts than its share of those with work (and
+        than its threads: one worker of many hosts holds a host per thread at most)."""
+        return len(self._held) < min(self._share, self.download_slots)
+
     def _lease_host(self) -> bool:
         """Lease one more host with waiting pages, while this worker has slots to fill."""
-        room = self.download_slots
-        if len(self._held) < self._share:
-            # Below its share one more host, even if the threads are spoken for: 8 hosts
-            # for 3 workers of 8 threads are 3, 3 and 2, not 2, 2, 2 and two that wait.
-            room += self.download_slots // 2
-        if sum(map(_threads_wanted, self._held.values())) >= room:
+        # Below its share, even if the threads are spoken for: a host that waits for a
+        # worker to be done with others starts late and ends the crawl alone at its
+        # limit (8 hosts for 2 workers held 3 each, and two waited 2.4 s).
+        if not self._below_share() and (
+            sum(map(_threads_wanted, self._held.values())) >= self.download_slots
+        ):
             return False
         # A host this worker just handed over is left to the others for a while.
         now = time.monotonic()
