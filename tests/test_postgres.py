@@ -448,3 +448,39 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
         second.close()
         first.close()
         PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_worker_of_polite_hosts_leases_more_hosts_than_it_has_threads(postgresql):
+    """A host with a crawl delay needs a thread only for its request in flight: between
+    two requests it needs none. So a worker leases hosts until its threads are busy,
+    not one host per thread (8 threads on 40 hosts of 200 ms delay held 8 and crawled
+    38 pages/s, where 40 hosts give 200)."""
+    schema = schema_for(f"polite-{uuid.uuid4().hex}")
+    data = PostgresDataManager(postgresql, schema, download_slots=2)
+    data.open()
+    try:
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = [f"h{n}.test" for n in range(5)]
+        for host in hosts:
+            site = HostData(host=host, crawl_delay=2.0, max_downloads_at_time=1)
+            data.add_site(site, f"http://{host}/", f"http://{host}/")
+            assert data.take_robots() is not None
+            data.store_robots(host, 404, "", None, blocked=False)
+            urls = [f"http://{host}/{n}" for n in range(3)]
+            data.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+        # Each host waits out its delay after its robots.txt; then two threads take a
+        # page each and store it before taking the next: one page of every host.
+        fetched: list[str] = []
+
+        def take_and_store() -> bool:
+            page = data.take_for_download()
+            if page is not None:
+                data.store_download(page.id, DownloadResult(status=404), "")
+                fetched.append(page.host)
+            return len(fetched) == len(hosts)  # one worker's two hosts: one again, 2 s on
+
+        assert wait_until(take_and_store, timeout=20, interval=0.005)
+        assert sorted(fetched) == hosts
+    finally:
+        data.close()
+        PostgresDataManager.drop(postgresql, schema)

