@@ -396,6 +396,22 @@ def take_when_due(data: PostgresDataManager) -> PageData | None:
     return data.take_for_download()
 
 
+def add_ready_hosts(
+    data: PostgresDataManager, count: int, *, links: int, crawl_delay: float, limit: int
+) -> list[str]:
+    """Sites h0.test, h1.test, ... whose robots.txt is fetched (404), each with a start
+    page and ``links`` pages at level 1 waiting."""
+    hosts = [f"h{n}.test" for n in range(count)]
+    for host in hosts:
+        site = HostData(host=host, crawl_delay=crawl_delay, max_downloads_at_time=limit)
+        data.add_site(site, f"http://{host}/", f"http://{host}/")
+        assert data.take_robots() is not None
+        data.store_robots(host, 404, "", None, blocked=False)
+        urls = [f"http://{host}/{n}" for n in range(links)]
+        data.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+    return hosts
+
+
 def hosts_of(conn: psycopg.Connection[Any], owner: str) -> set[str]:
     rows = conn.execute("SELECT host FROM hosts WHERE owner = %s", (owner,)).fetchall()
     return {host for (host,) in rows}
@@ -414,14 +430,7 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
     try:
         conn.execute(f"SET search_path TO {schema}")
         first.check_identity("plugins.webgraph.manager.WebGraphManager")
-        hosts = ["h0.test", "h1.test", "h2.test"]
-        for host in hosts:
-            site = HostData(host=host, crawl_delay=0.0, max_downloads_at_time=4)
-            first.add_site(site, f"http://{host}/", f"http://{host}/")
-            assert first.take_robots() is not None
-            first.store_robots(host, 404, "", None, blocked=False)
-            urls = [f"http://{host}/{n}" for n in range(10)]
-            first.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+        hosts = add_ready_hosts(first, 3, links=10, crawl_delay=0.0, limit=4)
         # Alone, the first worker takes all three hosts (3 x 4 requests for 8 threads).
         taken = [page for page in iter(lambda: take_when_due(first), None)]
         assert hosts_of(conn, first.owner) == set(hosts)
@@ -460,14 +469,7 @@ def test_a_worker_of_polite_hosts_leases_more_hosts_than_it_has_threads(postgres
     data.open()
     try:
         data.check_identity("plugins.webgraph.manager.WebGraphManager")
-        hosts = [f"h{n}.test" for n in range(5)]
-        for host in hosts:
-            site = HostData(host=host, crawl_delay=2.0, max_downloads_at_time=1)
-            data.add_site(site, f"http://{host}/", f"http://{host}/")
-            assert data.take_robots() is not None
-            data.store_robots(host, 404, "", None, blocked=False)
-            urls = [f"http://{host}/{n}" for n in range(3)]
-            data.add_links(host, [FoundLink(url, url) for url in urls], level=1)
+        hosts = add_ready_hosts(data, 5, links=3, crawl_delay=2.0, limit=1)
         # Each host waits out its delay after its robots.txt; then two threads take a
         # page each and store it before taking the next: one page of every host.
         fetched: list[str] = []
