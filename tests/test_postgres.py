@@ -412,6 +412,22 @@ def add_ready_hosts(
     return hosts
 
 
+def take_and_store(data: PostgresDataManager, count: int) -> list[str]:
+    """The hosts of the first ``count`` pages taken, each stored (a 404) before the next
+    is taken, as a downloading thread does; taken as they come due."""
+    fetched: list[str] = []
+
+    def one_more() -> bool:
+        page = data.take_for_download()
+        if page is not None:
+            data.store_download(page.id, DownloadResult(status=404), "")
+            fetched.append(page.host)
+        return len(fetched) == count
+
+    assert wait_until(one_more, timeout=20, interval=0.005), fetched
+    return fetched
+
+
 def hosts_of(conn: psycopg.Connection[Any], owner: str) -> set[str]:
     rows = conn.execute("SELECT host FROM hosts WHERE owner = %s", (owner,)).fetchall()
     return {host for (host,) in rows}
@@ -471,18 +487,30 @@ def test_a_worker_of_polite_hosts_leases_more_hosts_than_it_has_threads(postgres
         data.check_identity("plugins.webgraph.manager.WebGraphManager")
         hosts = add_ready_hosts(data, 5, links=3, crawl_delay=2.0, limit=1)
         # Each host waits out its delay after its robots.txt; then two threads take a
-        # page each and store it before taking the next: one page of every host.
-        fetched: list[str] = []
-
-        def take_and_store() -> bool:
-            page = data.take_for_download()
-            if page is not None:
-                data.store_download(page.id, DownloadResult(status=404), "")
-                fetched.append(page.host)
-            return len(fetched) == len(hosts)  # one worker's two hosts: one again, 2 s on
-
-        assert wait_until(take_and_store, timeout=20, interval=0.005)
-        assert sorted(fetched) == hosts
+        # page each and store it before taking the next: one page of every host (on
+        # the old count, its two hosts, each again 2 s on).
+        assert sorted(take_and_store(data, len(hosts))) == hosts
     finally:
+        data.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_worker_holds_a_bounded_number_of_polite_hosts(postgresql):
+    """However idle its threads, a worker holds at most ``hosts_per_thread`` hosts a
+    thread: each costs memory and a look on every take."""
+    schema = schema_for(f"bounded-{uuid.uuid4().hex}")
+    data = PostgresDataManager(postgresql, schema, download_slots=1)
+    data.hosts_per_thread = 2
+    data.open()
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = add_ready_hosts(data, 5, links=3, crawl_delay=2.0, limit=1)
+        fetched = take_and_store(data, 4)  # the two hosts it holds, each again 2 s on
+        assert len(set(fetched)) == 2 and len(hosts_of(conn, data.owner)) == 2
+        assert set(fetched) <= set(hosts)
+    finally:
+        conn.close()
         data.close()
         PostgresDataManager.drop(postgresql, schema)

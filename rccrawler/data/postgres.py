@@ -385,6 +385,11 @@ class PostgresDataManager(SQLDataManager):
     shared: ClassVar[bool] = True
     batch_size: ClassVar[int] = 16
     """Waiting pages of a held host claimed in one round trip."""
+    hosts_per_thread: ClassVar[int] = 16
+    """Hosts a worker holds at most, per downloading thread. Hosts with a crawl delay
+    leave threads idle between requests, so a worker leases more of them until its
+    threads are busy; each costs a queue of pages in memory and a look on every take,
+    so not without bound (8 threads: 128 hosts, 128 requests/s at a delay of 1 s)."""
     reap_interval: ClassVar[float] = 0.25
     """Seconds between two looks for dead workers, and at how the hosts are shared."""
     stats_max_age: ClassVar[float] = 0.25
@@ -1167,6 +1172,8 @@ class PostgresDataManager(SQLDataManager):
             sum(map(_threads_wanted, self._held.values())) >= self.download_slots
         ):
             return False
+        if len(self._held) >= self.hosts_per_thread * self.download_slots:
+            return False  # polite hosts need no thread between requests, but memory
         # A host this worker just handed over is left to the others for a while.
         now = time.monotonic()
         handed_over = [host for host, until in self._handed_over.items() if until > now]
