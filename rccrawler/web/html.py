@@ -286,12 +286,13 @@ _FLAT = frozenset(
 
 _RAW_TEXT_AFTER = b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT))
 _DEPTH_TAG = re.compile(
-    rb"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:" + _RAW_TEXT_AFTER + rb")[^>]*(?<!/)>"
+    rb"<(/?[A-Za-z][A-Za-z0-9-]*)(?:(?:" + _RAW_TEXT_AFTER + rb")[^>]*>"
     rb"(?:.*?</\1(?=[\s/>])[^>]*>?|.*)|[^>]*(?<!/)>)",
     re.IGNORECASE | re.DOTALL,
 )
 """A tag that is not self-closing, as ``name`` or ``/name``; a raw-text element is one
-match with its content and end tag, as the exact scan skips them."""
+match with its content and end tag, as the exact scan skips them (``<script/>`` too:
+the tokenizer ignores a slash on an element that is not void)."""
 
 
 class _DepthSteps(dict[bytes, int]):
@@ -351,7 +352,9 @@ def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
     while (match := _TAG.search(data, pos)) is not None:
         pos = match.end()
         slash, name = match.group(1), match.group(2).lower()
-        if name in _FLAT or match.group(3):
+        # <script/> opens a script all the same (the slash is ignored on an element that
+        # is not void): its content is text, and a </div> in it closes nothing.
+        if name in _FLAT or (match.group(3) and name not in _RAW_TEXT):
             continue
         if slash:
             if excess:
