@@ -629,10 +629,12 @@ def test_the_nesting_precheck_never_lets_a_deep_page_through():
 
 
 def _lexbor_depth(markup: bytes) -> int:
-    """How deep lexbor's tree puts the page's last <b> (counting the document)."""
+    """How deep lexbor's tree puts the page's last link, <a id=deepest> (counting the
+    document): an <a> is never flattened, being never nested."""
     from selectolax.lexbor import LexborHTMLParser
 
-    deepest = LexborHTMLParser(markup).css_first("b")
+    deepest = LexborHTMLParser(markup).css_first("a#deepest")
+    assert deepest is not None
     depth = 0
     while deepest is not None:
         deepest, depth = deepest.parent, depth + 1
@@ -654,8 +656,37 @@ def _lexbor_depth(markup: bytes) -> int:
         b'<p"x>' * 800,
         # <!--> is a whole comment: what follows it is markup.
         b"<!-->" + b"<div>" * 800,
+        # In SVG a <style> holds markup, and a <div> in it leaves the SVG and nests.
+        b"<svg><style>" + b"<div>" * 800,
+        # Back in the SVG (the </svg> in HTML content was ignored), the same.
+        b"<svg><foreignObject><div></svg></div></foreignObject><style>" + b"<div>" * 800,
+        # ...and once out of it, a script is raw text again: its </div> close nothing.
+        b"<svg></svg>" + b"<div>" * 400 + b"<script>" + b"</div>" * 400 + b"</script>",
+        # A bogus comment runs to the first '>': the </div> it ends in closes nothing.
+        b"<div><!x </div>",
+        b"<div><?x </div>",
+        b"<div></ x</div>",
+        b"<div><![CDATA[</div>",
+        # In SVG a CDATA section is text up to ']]>'.
+        b"<div>" * 400 + b"<svg><![CDATA[" + b"</div>" * 400 + b"]]></svg>",
     ],
-    ids=["script/", "div/", "comment", "quoted '", 'quoted "', 'p"x', "<!-->"],
+    ids=[
+        "script/",
+        "div/",
+        "comment",
+        "quoted '",
+        'quoted "',
+        'p"x',
+        "<!-->",
+        "svg style",
+        "foreignObject",
+        "svg then script",
+        "<!x",
+        "<?x",
+        "</ x",
+        "CDATA",
+        "svg CDATA",
+    ],
 )
 def test_markup_that_hides_its_nesting_from_a_naive_scan_is_flattened(run: bytes) -> None:
     """What the tokenizer reads differently from a naive tag scan must not hide nesting
@@ -663,11 +694,11 @@ def test_markup_that_hides_its_nesting_from_a_naive_scan_is_flattened(run: bytes
     (0.4 s on 220 kB, and superlinear in depth: a 10 MB page would take hours); the
     guard flattens it to the limit."""
     repeat = 20_000 // (run.count(b"<div") + run.count(b'<p"') or 1)
-    markup = b"<html><body>" + run * repeat + b"<b>deepest</b></body></html>"
+    markup = b"<html><body>" + run * repeat + b'<a id="deepest">x</a></body></html>'
     assert _lexbor_depth(markup) > 10_000  # the tree builder does nest it
     flat, flattened = html_module._limit_nesting(markup, 512)
     assert flattened > 9_000
-    assert _lexbor_depth(flat) <= 512 + 4  # html, body, the <b> and the document
+    assert _lexbor_depth(flat) <= 512 + 4  # html, body, the <a> and the document
 
 
 def test_a_page_of_tags_without_an_end_is_read_once():

@@ -256,7 +256,17 @@ _TAG_NAME = rb"[A-Za-z][^" + _WS + rb"/>]*+"
 _COMMENT = rb"<!--(?:-?>|.*?--!?>|.*)"
 """A comment, as the tokenizer ends it (``<!-->`` and ``--!>`` too): the tags in it are
 text, and an end tag there closes nothing."""
-_TAG = re.compile(_COMMENT + rb"|<(/?)(" + _TAG_NAME + rb")" + _TAG_BODY, re.DOTALL)
+_CDATA = rb"<!\[CDATA\["
+"""In SVG or MathML, text up to ``]]>``; in HTML, a bogus comment up to the first ``>``."""
+_BOGUS = rb"<(?:!|\?|/(?![A-Za-z]))[^>]*+(?:>|\Z)"
+"""``<!DOCTYPE>``, ``<?x>``, ``</ x>``: a bogus comment, up to the first ``>``; the tags in
+it are text (``<!x </div>`` closes nothing)."""
+_TAG = re.compile(
+    _COMMENT + rb"|(" + _CDATA + rb")|" + _BOGUS + rb"|<(/?)(" + _TAG_NAME + rb")" + _TAG_BODY,
+    re.DOTALL,
+)
+"""A comment or a bogus one (no group), a CDATA section's start (group 1), or a tag: its
+slash (group 2) and name (group 3)."""
 _RAW_TEXT = frozenset((b"script", b"style", b"textarea", b"title", b"xmp", b"iframe", b"noembed",
                        b"noframes", b"noscript", b"plaintext"))  # fmt: skip
 # Elements that never nest (void), close themselves (optional end tags), or that the
@@ -302,20 +312,17 @@ _FLAT = frozenset(
 
 _RAW_TEXT_AFTER = b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT))
 _DEPTH_TAG = re.compile(
-    _COMMENT
-    + rb"|<(/?"
-    + _TAG_NAME
-    + rb")(?:(?:"
-    + _RAW_TEXT_AFTER
-    + rb")"
-    + _TAG_BODY
-    + rb"(?:.*?(?=</\1["
-    + _WS
-    + rb"/>])|.*)|"
-    + _TAG_BODY
-    + rb")",
+    _COMMENT + rb"|" + _BOGUS + rb"|<(/?" + _TAG_NAME + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")"
+    + _TAG_BODY + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|" + _TAG_BODY + rb")",
     re.IGNORECASE | re.DOTALL,
-)
+)  # fmt: skip
+_DEPTH_TAG_FOREIGN = re.compile(
+    _COMMENT + rb"|" + _CDATA + rb".*?(?:\]\]>|\Z)|" + _BOGUS + rb"|<(/?" + _TAG_NAME
+    + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")" + _TAG_BODY + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|"
+    + _TAG_BODY + rb")",
+    re.IGNORECASE | re.DOTALL,
+)  # fmt: skip
+"""The same for a page with <svg> or <math>, where a CDATA section runs to ``]]>``."""
 """A tag as ``name`` or ``/name`` (a comment as ``b""``), as the exact scan reads them: a
 raw-text element's start tag is one match with its content, which the exact scan
 skips (``<script/>`` too: the tokenizer ignores a slash on an element that is not
@@ -333,6 +340,7 @@ class _DepthSteps(dict[bytes, int]):
         return step
 
 
+_FOREIGN = re.compile(rb"<(?:svg|math)[" + _WS + rb"/>]", re.IGNORECASE)
 _DEPTH_STEPS = _DepthSteps()
 _DEPTH_STEPS_KEPT = 4096
 
@@ -349,9 +357,19 @@ def _nesting_bound(data: bytes) -> int:
     """
     if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
         _DEPTH_STEPS.clear()
-    tags = _DEPTH_TAG.findall(data)
+    hidden = 0
+    if _FOREIGN.search(data) is None:
+        tags = _DEPTH_TAG.findall(data)
+    else:
+        # In SVG or MathML a <style>, <title> or CDATA section may hold markup, and which
+        # mode the tree builder is in at each, no regex can tell: every '<' in them may
+        # be a start tag more (their end tags may close nothing, so none is counted).
+        # A match starts at each '<' the scan reads as markup: the others (in those, in
+        # attribute values, comments or text) are fewer than the '<' not matched.
+        tags = _DEPTH_TAG_FOREIGN.findall(data)
+        hidden = data.count(b"<") - len(tags)
     sums = list(itertools.accumulate(map(_DEPTH_STEPS.__getitem__, tags)))
-    return max(sums, default=0) - min(0, min(sums, default=0))
+    return max(sums, default=0) - min(0, min(sums, default=0)) + hidden
 
 
 def _limit_nesting(data: bytes, max_depth: int, tags: int | None = None) -> tuple[bytes, int]:
@@ -376,15 +394,26 @@ def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
     depth = excess = flattened = 0
     pieces: list[bytes] = []
     start = pos = 0
+    foreign = False  # an <svg> or <math> was opened: raw text may be markup from then on
+    raw_until = 0  # end tags before this closes nothing (see below)
     while (match := _TAG.search(data, pos)) is not None:
         pos = match.end()
-        if match.group(2) is None:
-            continue  # a comment
-        slash, name = match.group(1), match.group(2).lower()
+        if match.group(1) is not None:  # CDATA: text in SVG or MathML, else a bogus comment
+            end = data.find(b"]]>" if foreign else b">", pos)
+            if foreign:  # but maybe markup: as in a <style> there (see below)
+                raw_until = max(raw_until, end if end >= 0 else len(data))
+            else:
+                pos = end + 1 if end >= 0 else len(data)
+            continue
+        if match.group(3) is None:
+            continue  # a comment, or a bogus one
+        slash, name = match.group(2), match.group(3).lower()
         # A slash before the '>' closes nothing: the tokenizer ignores it on an element
         # that is not void (<div/> nests, <script/> opens a script). Inside <svg> it
         # does close, so such markup counts deeper than it is (flattened the sooner).
         if name in _FLAT:
+            continue
+        if slash and match.start() < raw_until:
             continue
         if slash:
             if excess:
@@ -401,9 +430,17 @@ def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
             start = pos
         else:
             depth += 1
+        foreign = foreign or name in (b"svg", b"math")
         if name in _RAW_TEXT:  # its content is text: skip to its end tag
             end = re.compile(rb"</" + name + rb"[" + _WS + rb"/>]", re.IGNORECASE).search(data, pos)
-            pos = end.start() if end is not None else len(data)
+            if not foreign:
+                pos = end.start() if end is not None else len(data)
+            else:
+                # In SVG or MathML, <style> or <title> hold markup (and a <div> there
+                # leaves the SVG); which one the tree builder is in, a scan of tags cannot
+                # tell. So their tags count as markup, but their end tags close nothing:
+                # too deep either way, never too shallow.
+                raw_until = max(raw_until, end.start() if end is not None else len(data))
     if not flattened:
         return data, 0
     pieces.append(data[start:])
