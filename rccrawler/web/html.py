@@ -399,11 +399,11 @@ def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
     while (match := _TAG.search(data, pos)) is not None:
         pos = match.end()
         if match.group(1) is not None:  # CDATA: text in SVG or MathML, else a bogus comment
-            end = data.find(b"]]>" if foreign else b">", pos)
+            close = data.find(b"]]>" if foreign else b">", pos)
             if foreign:  # but maybe markup: as in a <style> there (see below)
-                raw_until = max(raw_until, end if end >= 0 else len(data))
+                raw_until = max(raw_until, close if close >= 0 else len(data))
             else:
-                pos = end + 1 if end >= 0 else len(data)
+                pos = close + 1 if close >= 0 else len(data)
             continue
         if match.group(3) is None:
             continue  # a comment, or a bogus one
@@ -432,15 +432,17 @@ def _flatten_nesting(data: bytes, max_depth: int) -> tuple[bytes, int]:
             depth += 1
         foreign = foreign or name in (b"svg", b"math")
         if name in _RAW_TEXT:  # its content is text: skip to its end tag
-            end = re.compile(rb"</" + name + rb"[" + _WS + rb"/>]", re.IGNORECASE).search(data, pos)
+            closing = re.compile(rb"</" + name + rb"[" + _WS + rb"/>]", re.IGNORECASE)
+            found = closing.search(data, pos)
+            end = found.start() if found is not None else len(data)
             if not foreign:
-                pos = end.start() if end is not None else len(data)
+                pos = end
             else:
                 # In SVG or MathML, <style> or <title> hold markup (and a <div> there
                 # leaves the SVG); which one the tree builder is in, a scan of tags cannot
                 # tell. So their tags count as markup, but their end tags close nothing:
                 # too deep either way, never too shallow.
-                raw_until = max(raw_until, end.start() if end is not None else len(data))
+                raw_until = max(raw_until, end)
     if not flattened:
         return data, 0
     pieces.append(data[start:])
