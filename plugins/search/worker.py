@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -103,8 +104,10 @@ def main(fd: int) -> None:
     try:
         settings = connection.recv()
     except (EOFError, OSError):
-        return
+        os._exit(0)
     serve(connection, settings)
+    # Nothing to flush or save: skip the interpreter's teardown (a crawl's end waits).
+    os._exit(0)
 
 
 _BOOT = "import sys; sys.path[:0] = {path!r}; from plugins.search.worker import main; main({fd})"
@@ -200,6 +203,20 @@ class IndexWorker:
         self._ready, self._failed = False, True
         raise WorkerError(repr(exc)) from exc
 
+    def stop(self) -> None:
+        """Ask the worker to end, without waiting for it (:meth:`close` waits)."""
+        self._starting.join()
+        connection, process = self._connection, self._process
+        if connection is None or connection.closed:
+            return
+        up = self.ready()
+        if up:
+            with contextlib.suppress(OSError):
+                connection.send(None)
+        connection.close()
+        if process is not None and not up:
+            process.kill()
+
     @property
     def pid(self) -> int | None:
         """The worker's process id (None until it is started)."""
@@ -208,17 +225,9 @@ class IndexWorker:
     def close(self) -> None:
         """Stop the worker (it holds no state): asked to end when it is up, killed when
         it is still starting (a short crawl does not wait for its imports)."""
-        self._starting.join()
-        connection, process = self._connection, self._process
-        up = self.ready()
-        if connection is not None:
-            if up:
-                with contextlib.suppress(OSError):
-                    connection.send(None)
-            connection.close()
+        self.stop()
+        process = self._process
         if process is not None:
-            if not up:
-                process.kill()
             try:
                 process.wait(CLOSE_WAIT)
             except subprocess.TimeoutExpired:
@@ -299,6 +308,8 @@ class WorkerPool:
     def close(self) -> None:
         with self._lock:
             workers, self._workers, self._spare = [*self._workers, *self._spare], [], []
+        for worker in workers:  # all asked first, so they end at the same time
+            worker.stop()
         for worker in workers:
             worker.close()
             self.answered += worker.answered
