@@ -36,7 +36,7 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import itemgetter
@@ -48,8 +48,6 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-
     from plugins.search.processing import TextProcessor
     from rccrawler.data.base import DataManager, TaskRows
 
@@ -548,13 +546,13 @@ def list_part(
     return rows_out, [(word, term_of[word], n) for word, n in sorted(documents.items())]
 
 
-PartMap = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
-"""map_parts(function, arguments) -> [function(*a) for a in arguments], in any way
-(in worker processes, at the same time), in order."""
+PartMap = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], Iterable[Any]]
+"""map_parts(function, arguments) -> function(*a) for each a of arguments, in order,
+computed in any way (in worker processes, at the same time)."""
 
 
-def _in_turn(function: Callable[..., Any], arguments: Sequence[tuple[Any, ...]]) -> list[Any]:
-    return [function(*part) for part in arguments]
+def _in_turn(function: Callable[..., Any], arguments: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+    return (function(*part) for part in arguments)
 
 
 def build_lists(

@@ -30,7 +30,7 @@ from plugins.search.index import build_document, document_rows
 from plugins.search.settings import index_caps, text_processor
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from plugins.search.processing import TextProcessor
     from rccrawler.config import Settings
@@ -274,30 +274,40 @@ class WorkerPool:
 
     def map_parts(
         self, function: Callable[..., T], arguments: Sequence[tuple[Any, ...]]
-    ) -> list[T]:
-        """``function(*a)`` for each ``a`` of ``arguments``, in the workers that are up
-        (a part each, at the same time), the rest in this thread; in order."""
+    ) -> Iterator[T]:
+        """``function(*a)`` for each ``a`` of ``arguments``, in order, computed by the
+        workers that are up, each given the next part as soon as its answer is taken
+        (so the caller stores one part while the workers compute the next ones); a
+        part no worker can do is done in this thread."""
         with self._lock:
             workers = [worker for worker in self._workers if worker.ready()]
-        sent: list[IndexWorker | None] = []
+        computing: dict[int, IndexWorker] = {}
+        sent = 0
+
+        def send_next(worker: IndexWorker) -> None:
+            nonlocal sent
+            if sent < len(arguments):
+                try:
+                    worker.submit(function, *arguments[sent])
+                    computing[sent] = worker
+                except WorkerError:
+                    pass  # this part is done in the thread when its turn comes
+                sent += 1
+
+        for worker in workers:
+            send_next(worker)
         for index, part in enumerate(arguments):
-            worker = workers[index] if index < len(workers) else None
-            try:
-                if worker is not None:
-                    worker.submit(function, *part)
-            except WorkerError:
-                worker = None
-            sent.append(worker)
-        results: list[T] = []
-        for worker, part in zip(sent, arguments, strict=True):
-            try:
-                if worker is not None:
-                    results.append(worker.result())
+            doing = computing.pop(index, None)
+            if doing is not None:
+                try:
+                    result: T = doing.result()
+                except WorkerError as exc:
+                    logger.debug("a worker failed on a part of %s: %s", function.__name__, exc)
+                else:
+                    send_next(doing)
+                    yield result
                     continue
-            except WorkerError as exc:
-                logger.debug("a worker failed on a part of %s: %s", function.__name__, exc)
-            results.append(function(*part))
-        return results
+            yield function(*part)
 
     @property
     def size(self) -> int:
