@@ -3,9 +3,13 @@ the word splitter, each against what it replaces (same rows, same words)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +199,56 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
     finally:
         pool.close()
     assert pool.answered == 2  # both parts, by the live worker, one after the other
+
+
+def _children(pid: int) -> set[int]:
+    """The processes ``pid`` started (Linux: /proc/<pid>/task/*/children)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
+    serve, crawler, tmp_path
+):
+    """SIGKILL in mid-crawl: the workers end with the crawl (their socket closes), and
+    the resumed crawl stores the rows an uninterrupted one stores."""
+    site = GeneratedSite(HOST, 800, fanout=8)
+    server = serve({HOST: site})
+    reference = crawler.settings_file(
+        [HOST], server.resolve, manager=MANAGER, search={"workers": False},
+        state_dir=str(tmp_path / "ref" / "state"), output_dir=str(tmp_path / "ref" / "out"),
+    )  # fmt: skip
+    _cls, settings = load_settings(reference)
+    assert SearchManager(settings).run()
+    hits = len(server.hits)
+    config = crawler.settings_file([HOST], server.resolve, manager=MANAGER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Bounds, not measures: the crawl is under way and its workers are up.
+        assert server.wait_for_hits(hits + 300, timeout=60, alive=lambda: proc.poll() is None)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, workers))
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _stored(config)["docs"] == _stored(reference)["docs"]
+    assert _stored(config)["vocabulary"] == _stored(reference)["vocabulary"]

@@ -94,7 +94,10 @@ def serve(connection: Connection, settings: Settings) -> None:
             answer: tuple[str, object] = ("ok", function(*arguments))
         except Exception as exc:  # the caller does the work itself, and sees the error
             answer = ("error", repr(exc))
-        connection.send(answer)
+        try:
+            connection.send(answer)
+        except OSError:  # the crawl is gone (killed): so is its work
+            return
 
 
 def main(fd: int) -> None:
