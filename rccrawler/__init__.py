@@ -6,8 +6,9 @@ and the records that threads exchange through the DataManager.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rccrawler.loading import lazy_names
 
 if TYPE_CHECKING:
     from rccrawler.context import CrawlContext
@@ -61,7 +62,7 @@ _HOMES = {
     "RoutineThread": "rccrawler.threads",
     "ResultUnloader": "rccrawler.unloaders",
 }
-"""Where each public name lives: it is imported on first use (:func:`__getattr__`)."""
+"""Where each public name lives: it is imported on first use (``lazy_names``)."""
 
 __version__ = "0.1.0"
 
@@ -94,17 +95,4 @@ __all__ = [
     "load_settings",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported on first use: a process that needs a few modules
-    (a search task's index worker) does not import the whole framework."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rccrawler.loading import lazy_names
 
 if TYPE_CHECKING:
     from plugins.search.content import Content, extract_content
@@ -27,7 +28,7 @@ _HOMES = {
     "IndexingDownloadingThread": "plugins.search.threads",
     "IndexingParsingThread": "plugins.search.threads",
 }
-"""Where each public name lives: it is imported on first use (:func:`__getattr__`)."""
+"""Where each public name lives: it is imported on first use (``lazy_names``)."""
 
 __all__ = [
     "Content",
@@ -44,17 +45,4 @@ __all__ = [
     "extract_content",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """A public name, imported on first use: an index worker imports what it uses
-    (the content processor, the parser), not the search task's manager and commands."""
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)
