@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rccrawler.exceptions import ConfigError
 
@@ -51,3 +52,28 @@ def importable_beside(settings_file: Path) -> None:
         entry = str(folder)
         if entry not in sys.path:
             sys.path.append(entry)  # after the installed packages: never shadow them
+
+
+def lazy_names(
+    package: str, homes: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` that import each public name on first
+    use, from the module ``homes`` names for it: a process that needs a few modules (a
+    task's worker process) does not load the whole package.
+
+    Usage, in ``__init__.py``: ``__getattr__, __dir__ = lazy_names(__name__, HOMES)``.
+    """
+    namespace = sys.modules[package].__dict__
+
+    def get(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(home), name)
+        namespace[name] = value
+        return value
+
+    def names() -> list[str]:
+        return sorted({*namespace, *homes})
+
+    return get, names

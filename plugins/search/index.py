@@ -36,8 +36,9 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter, OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, chain, compress, islice, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -47,8 +48,6 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Sequence
-
     from plugins.search.processing import TextProcessor
     from rccrawler.data.base import DataManager, TaskRows
 
@@ -240,14 +239,49 @@ def keyword_factor(keywords: list[str]) -> float:
     return factor * len(set(keywords)) / len(keywords)
 
 
+_LETTERS = bytes(byte if 97 <= byte <= 122 or byte >= 128 else 32 for byte in range(256))
+"""bytes.translate table of lowercase UTF-8: ASCII letters and the bytes of other
+characters stay, every other ASCII byte (digits, "_", punctuation, space) is a space."""
+_ASCII_LETTERS = bytes(byte if 97 <= byte <= 122 else 32 for byte in range(256))
+"""The same for a text whose only non-ASCII characters are not letters: they go too."""
+_ASCII = bytes(range(128))
+_WORD_CHARS: dict[str, bool] = {}
+"""Non-ASCII character → whether it belongs to a word (as :data:`WORD` says)."""
+
+
+def _is_word_char(char: str) -> bool:
+    found = _WORD_CHARS.get(char)
+    if found is None:
+        if len(_WORD_CHARS) > 100_000:  # a page of every script keeps no more
+            _WORD_CHARS.clear()
+        found = _WORD_CHARS[char] = WORD.fullmatch(char) is not None
+    return found
+
+
 def _words(text: str) -> list[str]:
     """The lowercase letter runs of ``text``, as many as the text has: a position is the
-    number of the letter run in the text as stored, which snippets count again."""
+    number of the letter run in the text as stored, which snippets count again.
+
+    The same words as ``WORD.findall(text.lower())``, found by C passes over the bytes
+    (the regex engine took a third of a page's indexing): every byte that is not part
+    of a letter becomes a space and the text splits at spaces. Non-ASCII characters
+    that are not letters ("’", "¶") all go in one pass when the text has no non-ASCII
+    letter, else each of them is replaced in turn.
+    """
     lowered = text.lower()
-    if len(lowered) == len(text):
-        return WORD.findall(lowered)
-    # "İ" lowercases to "i" plus a combining dot, which would split the word in two.
-    return [word.lower() for word in WORD.findall(text)]
+    if len(lowered) != len(text):
+        # "İ" lowercases to "i" plus a combining dot, which would split the word in two.
+        return [word.lower() for word in WORD.findall(text)]
+    data = lowered.encode("utf-8", "surrogatepass")
+    if lowered.isascii():
+        return data.translate(_ASCII_LETTERS).decode().split()
+    others = set(data.translate(None, _ASCII).decode("utf-8", "surrogatepass"))
+    if not any(map(_is_word_char, others)):  # punctuation only, as "’" or "¶"
+        return data.translate(_ASCII_LETTERS).decode().split()
+    for char in others:
+        if not _is_word_char(char):
+            data = data.replace(char.encode("utf-8", "surrogatepass"), b" ")
+    return data.translate(_LETTERS).decode().split()
 
 
 def _add(total: dict[str, Number], more: dict[str, Number]) -> dict[str, Number]:
@@ -346,9 +380,9 @@ def build_document(
     cut = [f"words {total_words}>{max_words}"] if total_words > max_words else []
     text = indexed_text(content.text, len(found)) if cut else content.text
     terms = sorted(weights)
-    unindexed = len(keys) - sum(everywhere.values())
-    # Sorted by term (the sort is stable): each term's positions in turn, ascending.
-    order = sorted(range(len(keys)), key=keys.__getitem__)[unindexed:]
+    # The indexed positions (not stopwords, not gaps) sorted by term (the sort is
+    # stable): each term's positions in turn, ascending.
+    order = sorted(compress(range(len(keys)), keys), key=keys.__getitem__)
     counts_kept = list(map(everywhere.__getitem__, terms))
     if max(counts_kept, default=0) > max_positions:
         crowded = sum(count > max_positions for count in counts_kept)
@@ -391,31 +425,40 @@ def _lines(text: str) -> list[str]:
     return text.split("\n") if text else []
 
 
-def _list_rows(batch: int, rows: Sequence[tuple[Any, ...]]) -> list[tuple[object, ...]]:
-    """The posting-list rows of one batch of pages, from their (page id, terms,
-    weights, counts, positions): a row per term, with its pages' ids, weights,
-    position counts and positions packed (the positions after a byte for their width).
+class _Entries(NamedTuple):
+    """One page's postings of one part of the terms, as its row packs them."""
+
+    page: int
+    terms: list[str]
+    weights: bytes
+    counts: bytes
+    width: int
+    positions: bytes
+    """Each term's positions in turn, ``width`` bytes each (no leading width byte)."""
+
+
+def _list_rows(batch: int, pages: Sequence[_Entries], width: int) -> list[tuple[object, ...]]:
+    """The posting-list rows of one batch of pages: a row per term, with its pages'
+    ids, weights, position counts and positions packed, ``width`` bytes each, after a
+    byte for their width.
 
     The entries (a page and one of its terms) are put in term order by one stable sort
     of their terms' numbers, and each term's row is cut from the reordered arrays: no
     Python loop per entry (a batch has hundreds of thousands).
     """
-    width = max((bytes(row[4])[:1] or b"\x02")[0] for row in rows)
     terms: list[str] = []
-    pages: list[int] = []
+    page_ids: list[int] = []
     weights: list[float] = []
     counts: list[int] = []
     positions: list[bytes] = []
-    for page, names, page_weights, page_counts, page_positions in rows:
-        found = _lines(names)
-        terms += found
-        pages += repeat(int(page), len(found))
-        weights += _unpack("d", bytes(page_weights))
-        counts += _unpack(_U32, bytes(page_counts))
-        blob = bytes(page_positions)
-        if blob and blob[0] != width:  # a page of 65,536 words or fewer, in a batch of 4
-            blob = b"\x04" + _pack(_U32, _unpack(_CODES[blob[0]], blob[1:]))
-        positions.append(blob[1:])
+    for page, names, page_weights, page_counts, page_width, page_positions in pages:
+        terms += names
+        page_ids += repeat(page, len(names))
+        weights += _unpack("d", page_weights)
+        counts += _unpack(_U32, page_counts)
+        if page_width != width:  # a page of 65,536 words or fewer, in a batch of 4
+            page_positions = _pack(_U32, _unpack(_CODES[page_width], page_positions))
+        positions.append(page_positions)
     joined = b"".join(positions)
     ends = list(map(width.__mul__, accumulate(counts)))
     cuts = list(map(joined.__getitem__, map(slice, [0, *ends[:-1]], ends)))
@@ -423,7 +466,7 @@ def _list_rows(batch: int, rows: Sequence[tuple[Any, ...]]) -> list[tuple[object
     number = dict(zip(names, range(len(names)), strict=True))
     keys = list(map(number.__getitem__, terms))
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    packed_pages = _pack("q", map(pages.__getitem__, order))
+    packed_pages = _pack("q", map(page_ids.__getitem__, order))
     packed_weights = _pack("d", map(weights.__getitem__, order))
     ordered_counts = list(map(counts.__getitem__, order))
     packed_counts = _pack(_U32, ordered_counts)
@@ -442,12 +485,90 @@ def _list_rows(batch: int, rows: Sequence[tuple[Any, ...]]) -> list[tuple[object
     return out
 
 
-def build_lists(data: DataManager, batch: int = BATCH) -> int:
+SAMPLE_EVERY = 8
+"""Every how many pages of a batch give the sample its parts are cut by."""
+
+
+def _cuts(rows: Sequence[tuple[Any, ...]], column: int, parts: int) -> list[str | None]:
+    """Where ``parts`` parts of the (sorted) lines of ``column`` begin and end, cut so
+    that each holds about as many lines of the pages: None, cut points, None. The cut
+    points come from a sample of the pages, the same in every process."""
+    sample = sorted(chain.from_iterable(_lines(row[column]) for row in rows[::SAMPLE_EVERY]))
+    inner = [sample[len(sample) * i // parts] for i in range(1, parts)] if sample else []
+    return [None, *inner, *([None] * (parts - len(inner)))][: parts + 1]
+
+
+def _part(lines: list[str], low: str | None, high: str | None) -> slice:
+    """The sorted ``lines`` from ``low`` (included) to ``high`` (excluded); None: no end."""
+    return slice(
+        0 if low is None else bisect_left(lines, low),
+        len(lines) if high is None else bisect_left(lines, high),
+    )
+
+
+def list_part(
+    batch: int, rows: Sequence[tuple[Any, ...]], part: int = 0, parts: int = 1
+) -> tuple[list[tuple[object, ...]], list[tuple[str, str, int]]]:
+    """One part of what :func:`build_lists` derives from one batch of pages, their
+    (page id, terms, weights, counts, positions, words, word_terms) in page order: the
+    posting-list rows of the ``part``-th of ``parts`` ranges of terms, and the
+    vocabulary (word, term, documents) of the same range of words.
+
+    The parts of a batch are disjoint and in order, so they can be derived at the
+    same time (in worker processes) and joined.
+    """
+    term_cuts, word_cuts = _cuts(rows, 1, parts), _cuts(rows, 5, parts)
+    low, high = term_cuts[part], term_cuts[part + 1]
+    entries: list[_Entries] = []
+    # The widest positions of the batch, for every part (a page with none counts 2).
+    width = max((bytes(row[4])[:1] or b"\x02")[0] for row in rows)
+    documents: Counter[str] = Counter()
+    term_of: dict[str, str] = {}
+    word_low, word_high = word_cuts[part], word_cuts[part + 1]
+    for page, terms, weights, counts, positions, words, word_terms in rows:
+        names = _lines(terms)
+        kept = _part(names, low, high)
+        first, last = kept.start, kept.stop
+        if last > first:
+            blob, packed_counts = bytes(positions), bytes(counts)
+            own = blob[0]
+            begin = 1 + own * sum(_unpack(_U32, packed_counts[: 4 * first]))
+            within = packed_counts[4 * first : 4 * last]
+            entries.append(_Entries(
+                int(page), names[kept], bytes(weights)[8 * first : 8 * last], within, own,
+                blob[begin : begin + own * sum(_unpack(_U32, within))],
+            ))  # fmt: skip
+        written = _lines(words)
+        inside = _part(written, word_low, word_high)
+        documents.update(written[inside])
+        term_of.update(zip(written[inside], _lines(word_terms)[inside], strict=True))
+    rows_out = _list_rows(batch, entries, width) if entries else []
+    return rows_out, [(word, term_of[word], n) for word, n in sorted(documents.items())]
+
+
+PartMap = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], Iterable[Any]]
+"""map_parts(function, arguments) -> function(*a) for each a of arguments, in order,
+computed in any way (in worker processes, at the same time)."""
+
+
+def _in_turn(function: Callable[..., Any], arguments: Sequence[tuple[Any, ...]]) -> Iterator[Any]:
+    return (function(*part) for part in arguments)
+
+
+def build_lists(
+    data: DataManager, batch: int = BATCH, *, map_parts: PartMap | None = None, parts: int = 1
+) -> int:
     """Derive the term-keyed posting lists and the vocabulary from the per-page rows
     (the crawl is over), replacing any derived before.
 
     Pages are read ``batch`` at a time, so memory holds one batch's postings. The
     count of documents covered is written last: until it is, searches scan.
+
+    Args:
+        map_parts: runs the ``parts`` parts of a batch (:func:`list_part`); by default
+            one after the other here.
+        parts: into how many ranges of terms each batch is cut (the rows are the same
+            whatever the number).
 
     Returns:
         How many documents the lists cover.
@@ -455,24 +576,36 @@ def build_lists(data: DataManager, batch: int = BATCH) -> int:
     for table in (BUILT, LISTS, VOCABULARY):
         data.clear_task_table(table.name)
     pages = sorted(int(page) for (page,) in data.task_rows(DOCS.name, columns=("page_id",)))
-    documents: Counter[str] = Counter()
-    term_of: dict[str, str] = {}
+    vocabulary: list[list[tuple[str, str, int]]] = []
     columns = ("page_id", "terms", "weights", "counts", "positions", "words", "word_terms")
     for number, start in enumerate(range(0, len(pages), batch)):
         rows = data.task_rows(DOCS.name, columns=columns,
                               any_of=("page_id", pages[start : start + batch]))  # fmt: skip
+        if not rows:
+            continue
         rows.sort(key=itemgetter(0))
-        for _page, _terms, _weights, _counts, _positions, words, word_terms in rows:
-            written = _lines(words)
-            documents.update(written)
-            term_of.update(zip(written, _lines(word_terms), strict=True))
-        if rows:
-            data.add_task_rows(LISTS.name, _list_rows(number, [row[:5] for row in rows]))
-    data.add_task_rows(
-        VOCABULARY.name, [(word, term_of[word], n) for word, n in sorted(documents.items())]
-    )
+        arguments = [(number, rows, part, max(1, parts)) for part in range(max(1, parts))]
+        words: list[tuple[str, str, int]] = []
+        for list_rows, part_words in (map_parts or _in_turn)(list_part, arguments):
+            data.add_task_rows(LISTS.name, list_rows)
+            words += part_words
+        vocabulary.append(words)
+    data.add_task_rows(VOCABULARY.name, _merged(vocabulary))
     data.add_task_rows(BUILT.name, [(len(pages),)])
     return len(pages)
+
+
+def _merged(batches: list[list[tuple[str, str, int]]]) -> list[tuple[str, str, int]]:
+    """The vocabulary of every batch (each sorted by word): documents added up, the
+    term of a word from the last batch that holds it."""
+    if len(batches) == 1:
+        return batches[0]
+    documents: Counter[str] = Counter()
+    term_of: dict[str, str] = {}
+    for words in batches:
+        documents.update({word: n for word, _term, n in words})
+        term_of.update({word: term for word, term, _n in words})
+    return [(word, term_of[word], n) for word, n in sorted(documents.items())]
 
 
 def _prefix_range(items: Sequence[str], prefix: str) -> slice:

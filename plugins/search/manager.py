@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,10 +14,12 @@ from plugins.search.settings import (
     SEARCH_KEYS,
     index_caps,
     index_partitions,
+    index_workers,
     search_section,
     text_processor,
 )
-from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread
+from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread, SearchContext
+from plugins.search.worker import WorkerPool
 from plugins.webgraph.manager import WebGraphManager
 from rccrawler.data.storage import create_storage, open_storage, state_exists
 from rccrawler.exceptions import ConfigError, StateError
@@ -26,9 +29,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from rccrawler.config import Settings
+    from rccrawler.data.sql import SQLDataManager
     from rccrawler.data.tables import TaskTable
     from rccrawler.threads.downloading import DownloadingThread
     from rccrawler.threads.parsing import ParsingThread
+    from rccrawler.web.fetch import Fetcher
 
 
 class SearchManager(WebGraphManager):
@@ -58,6 +63,7 @@ class SearchManager(WebGraphManager):
         text_processor(settings)
         index_caps(settings)
         index_partitions(settings)
+        index_workers(settings)
 
     @classmethod
     def tables_for(cls, settings: Settings) -> tuple[TaskTable, ...]:
@@ -68,11 +74,49 @@ class SearchManager(WebGraphManager):
             for table in cls.task_tables
         )
 
+    def create_context(self, data: SQLDataManager, fetcher: Fetcher) -> SearchContext:
+        """The crawl's context with the index workers (started as the parsing threads
+        ask for them)."""
+        context = super().create_context(data, fetcher)
+        workers = WorkerPool(self.settings, enabled=index_workers(self.settings))
+        return SearchContext(**vars(context), workers=workers)
+
+    @property
+    def workers(self) -> WorkerPool:
+        assert isinstance(self.context, SearchContext)
+        return self.context.workers
+
     def unload(self) -> list[str]:
         """Derive the term-keyed posting lists from the pages' rows now that the crawl is
-        over, then write the files as a web-graph crawl does."""
-        build_lists(self.data)
-        return super().unload()
+        over (in parts, in the index workers), and write the files as a web-graph crawl
+        does."""
+        workers = self.workers
+        if not workers.size:
+            build_lists(self.data)
+            return super().unload()
+        # This thread mostly waits for the workers: the files are written meanwhile.
+        failed: list[BaseException] = []
+
+        def derive() -> None:
+            try:
+                build_lists(self.data, map_parts=workers.map_parts, parts=workers.size)
+            except BaseException as exc:
+                failed.append(exc)
+
+        deriving = threading.Thread(target=derive, name="SearchLists", daemon=True)
+        deriving.start()
+        try:
+            failures = super().unload()
+        finally:
+            deriving.join()
+        if failed:
+            raise failed[0]
+        return failures
+
+    def unlock_state(self) -> None:
+        # The run is over (or never began): its workers end with it.
+        self.workers.close()
+        super().unlock_state()
 
     @classmethod
     def load_index(cls, settings: Settings) -> SearchIndex:

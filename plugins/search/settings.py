@@ -19,10 +19,13 @@ from rccrawler.exceptions import ConfigError
 if TYPE_CHECKING:
     from rccrawler.config import Settings
 
-SEARCH_KEYS = ("stopwords", "synonyms", "language", "max_words", "max_positions", "partitions")
+SEARCH_KEYS = (
+    "stopwords", "synonyms", "language", "max_words", "max_positions", "partitions", "workers"
+)  # fmt: skip
 """Keys of the ``search:`` section: word-list files (relative to settings.yaml), the
-Snowball language, and the caps on words indexed per document and positions kept per
-term and document."""
+Snowball language, the caps on words indexed per document and positions kept per term
+and document, the PostgreSQL partitions, and whether pages are indexed in worker
+processes."""
 
 CAP_DEFAULTS = {"max_words": MAX_WORDS, "max_positions": MAX_POSITIONS}
 
@@ -86,3 +89,12 @@ def index_caps(settings: Settings) -> dict[str, int]:
             raise ConfigError(f"search.{key}", "must be a whole number from 1 to 100000000")
         caps[key] = value
     return caps
+
+
+def index_workers(settings: Settings) -> bool:
+    """``workers`` of the ``search:`` section (default true): whether each parsing
+    thread parses and indexes its pages in a worker process (:mod:`plugins.search.worker`)."""
+    value = search_section(settings).get("workers", True)
+    if not isinstance(value, bool):
+        raise ConfigError("search.workers", "must be true or false")
+    return value

@@ -2,24 +2,43 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from plugins.search.content import extract_content, html_content
 from plugins.search.index import build_document, document_rows
 from plugins.search.settings import index_caps, text_processor
+from plugins.search.worker import WorkerError, WorkerPool, index_page
+from rccrawler.context import CrawlContext
 from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 
 if TYPE_CHECKING:
-    from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
-    from rccrawler.records import DownloadResult, PageData
+    from rccrawler.records import DownloadResult, PageData, PageId
     from rccrawler.web.html import ParsedPage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, kw_only=True)
+class SearchContext(CrawlContext):
+    """The search task's crawl context: its parsing threads also reach the index
+    workers (``search.workers``)."""
+
+    workers: WorkerPool
 
 
 class IndexingParsingThread(ParsingThread):
-    """Adds the page's weighted terms to the index; the links go on as usual."""
+    """Adds the page's weighted terms to the index; the links go on as usual.
+
+    With ``search.workers`` (the default) the page is parsed and weighed in a worker
+    process of this thread's own (:mod:`plugins.search.worker`), so indexing runs on
+    another core beside the crawl; the thread stores what it answers, as it stores
+    what it computes itself when the worker is not up (same rows either way).
+    """
 
     full_parse = True
 
@@ -27,8 +46,28 @@ class IndexingParsingThread(ParsingThread):
         super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
+        workers = context.workers if isinstance(context, SearchContext) else None
+        self.worker = workers.take() if workers is not None else None
+        self._indexed: tuple[PageId, TaskRows | None] | None = None
+        """The rows the worker built with the page it parsed last."""
+
+    def parse_page(self, page: PageData, body: bytes) -> ParsedPage:
+        self._indexed = None
+        if self.worker is not None:
+            request = (page.url, page.normalized_url, body, page.content_type)
+            try:
+                parsed, rows = self.worker.call(index_page, (*request, self.parse_options()))
+            except WorkerError as exc:  # not up yet, or failed: this thread does it
+                logger.debug("%s: indexed in the thread (%s)", page.url, exc)
+            else:
+                self._indexed = (page.id, rows)
+                return parsed
+        return super().parse_page(page, body)
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
+        indexed, self._indexed = self._indexed, None
+        if indexed is not None and indexed[0] == page.id:
+            return indexed[1]
         if "noindex" in parsed.meta_robots:
             return None
         # The weighing is the slow part: it runs here, outside the DataManager's lock.

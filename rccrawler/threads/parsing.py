@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
@@ -40,11 +40,7 @@ class ParsingThread(CrawlerThread):
         if item is None:
             return False
         page, body = item
-        parsed = parse_html(
-            body, page.url, page.content_type, parser=self.settings.parser, full=self.full_parse,
-            max_links=self.crawl.max_links_per_page, max_depth=self.crawl.max_html_depth,
-            max_tags=self.crawl.max_html_tags,
-        )  # fmt: skip
+        parsed = self.parse_page(page, body)
         links, skipped = self.classify_links(page, parsed)
         if parsed.truncated:
             # The crawl goes on with what was kept; skipped.csv names where the cut began.
@@ -55,6 +51,23 @@ class ParsingThread(CrawlerThread):
         rows = self.process_page(page, body, parsed)
         self.data.store_parse(page.id, links, skipped, rows)
         return True
+
+    def parse_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``parse_html`` for this crawl's pages (parser,
+        ``full``, the parse budgets): a task that parses elsewhere passes them on."""
+        crawl = self.crawl
+        return {"parser": self.settings.parser, "full": self.full_parse,
+                "max_links": crawl.max_links_per_page, "max_depth": crawl.max_html_depth,
+                "max_tags": crawl.max_html_tags}  # fmt: skip
+
+    def parse_page(self, page: PageData, body: bytes) -> ParsedPage:
+        """Hook for crawl tasks: the page's :func:`parse_html` with :meth:`parse_options`.
+
+        A task may get the same ParsedPage another way (in a worker process, with its
+        own work on the page done there too); it runs on this ParsingThread, before
+        the links are classified and :meth:`process_page` is called.
+        """
+        return parse_html(body, page.url, page.content_type, **self.parse_options())
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         """Hook for crawl tasks: the page's rows for the task's tables (see

@@ -1,0 +1,330 @@
+"""Index workers: processes that parse and index pages beside the crawl's threads.
+
+A crawl runs its Python on one core at a time (the GIL), and indexing a page (the
+parse of its text, the weighing of its terms) costs more than its download and links.
+Each parsing thread of the search task hands its pages to a worker process of its own,
+which parses the page (the links the crawl needs, and the text) and builds its index
+row; the thread waits for the answer without holding the GIL, so the crawl goes on
+meanwhile. When the crawl is over, the workers derive the posting lists, a part each.
+
+Nothing is stored by a worker: the thread stores the page's links and row together, as
+before, so a killed crawl loses no finished page. A worker that is not up yet, has
+failed or is gone leaves the work to the thread (the same rows).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from plugins.search.content import html_content
+from plugins.search.index import build_document, document_rows
+from plugins.search.settings import index_caps, text_processor
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
+
+    from plugins.search.processing import TextProcessor
+    from rccrawler.config import Settings
+    from rccrawler.data.base import TaskRows
+    from rccrawler.web.html import ParsedPage
+
+from rccrawler.web.html import parse_html
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+READY = "ready"
+"""What a worker sends once it can take work."""
+
+CLOSE_WAIT = 5.0
+"""Seconds a closing worker gets to end before it is killed."""
+
+IndexRequest = tuple[str, str, bytes, str | None, dict[str, Any]]
+"""(URL fetched, normalized URL, body, Content-Type, ``parse_html`` options)."""
+
+
+class WorkerError(Exception):
+    """A worker could not do the work (not up, gone, or the work raised there)."""
+
+
+class _Worker:
+    """What a worker process keeps: the content processor of the crawl's settings."""
+
+    processor: TextProcessor
+    caps: dict[str, int]
+
+
+def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows | None]:
+    """In a worker: parse one HTML page and build its index rows (None for a
+    ``noindex`` page), as the parsing thread would."""
+    url, normalized_url, body, content_type, options = request
+    parsed = parse_html(body, url, content_type, **options)
+    if "noindex" in parsed.meta_robots:
+        return parsed, None
+    content = html_content(normalized_url, parsed)
+    return parsed, document_rows(build_document(content, _Worker.processor, **_Worker.caps))
+
+
+def serve(connection: Connection, settings: Settings) -> None:
+    """A worker's life: (function, arguments) in, ("ok", result) or ("error", what)
+    out, until None or the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the crawl decides when to stop
+    _Worker.processor = text_processor(settings)
+    _Worker.caps = index_caps(settings)
+    connection.send(READY)
+    while True:
+        try:
+            request = connection.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        function, arguments = request
+        try:
+            answer: tuple[str, object] = ("ok", function(*arguments))
+        except Exception as exc:  # the caller does the work itself, and sees the error
+            answer = ("error", repr(exc))
+        try:
+            connection.send(answer)
+        except OSError:  # the crawl is gone (killed): so is its work
+            return
+
+
+def main(fd: int) -> None:
+    """The worker process (``python -c`` of :data:`_BOOT`): its end of the socket pair
+    is ``fd``, and the settings are the first thing it reads."""
+    connection = Connection(fd)
+    try:
+        settings = connection.recv()
+    except (EOFError, OSError):
+        os._exit(0)
+    serve(connection, settings)
+    # Nothing to flush or save: skip the interpreter's teardown (a crawl's end waits).
+    os._exit(0)
+
+
+_BOOT = "import sys; sys.path[:0] = {path!r}; from plugins.search.worker import main; main({fd})"
+"""The worker's command: a fresh interpreter with this one's import path (not the
+crawl's main module, which a ``multiprocessing`` child would import again)."""
+
+
+class IndexWorker:
+    """One worker process, used by one thread at a time.
+
+    It is a fresh interpreter, started from a helper thread: until it has read its
+    settings and imported what it needs, :meth:`call` raises WorkerError at once (the
+    caller does the work), so the crawl never waits for it.
+
+    Args:
+        settings: the crawl's settings (the worker reads the ``search:`` section).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._connection: Connection | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._ready = False
+        self._failed = False
+        self.answered = 0
+        """Pieces of work this worker did."""
+        self._starting = threading.Thread(target=self._start, name="IndexWorker-start", daemon=True)
+        self._starting.start()
+
+    def _start(self) -> None:
+        parent, child = socket.socketpair()
+        try:
+            command = _BOOT.format(path=sys.path, fd=child.fileno())
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", command], stdin=subprocess.DEVNULL, pass_fds=[child.fileno()]
+            )
+            connection = Connection(parent.detach())
+            connection.send(self._settings)
+            self._connection = connection
+        except Exception as exc:  # no worker: the threads index, as without one
+            logger.warning("no index worker process (%s): indexing in the crawl's threads", exc)
+            self._failed = True
+            parent.close()
+        finally:
+            child.close()
+
+    def ready(self, wait: float = 0.0) -> bool:
+        """Whether the worker takes work now, waiting up to ``wait`` seconds for it."""
+        if self._ready or self._failed:
+            return self._ready
+        self._starting.join(wait)
+        connection = self._connection
+        if connection is None:
+            return False
+        try:
+            if connection.poll(wait):
+                self._ready = connection.recv() == READY
+                self._failed = not self._ready
+        except (EOFError, OSError):
+            self._failed = True
+        return self._ready
+
+    def submit(self, function: Callable[..., Any], *arguments: Any) -> None:
+        """Send work (a module-level function and its picklable arguments)."""
+        if not self.ready():
+            raise WorkerError("the worker is not up")
+        assert self._connection is not None
+        try:
+            self._connection.send((function, arguments))
+        except OSError as exc:
+            self._gone(exc)
+
+    def result(self) -> Any:
+        """The answer to the work sent last (WorkerError if it failed there)."""
+        assert self._connection is not None
+        try:
+            status, answer = self._connection.recv()
+        except (EOFError, OSError) as exc:
+            self._gone(exc)
+        if status != "ok":
+            raise WorkerError(answer)
+        self.answered += 1
+        return answer
+
+    def call(self, function: Callable[..., T], *arguments: Any) -> T:
+        """``function(*arguments)`` run in the worker."""
+        self.submit(function, *arguments)
+        result: T = self.result()
+        return result
+
+    def _gone(self, exc: BaseException) -> NoReturn:
+        logger.warning("an index worker is gone (%r): indexing in the threads", exc)
+        self._ready, self._failed = False, True
+        raise WorkerError(repr(exc)) from exc
+
+    def stop(self) -> None:
+        """Ask the worker to end, without waiting for it (:meth:`close` waits)."""
+        self._starting.join()
+        connection, process = self._connection, self._process
+        if connection is None or connection.closed:
+            return
+        up = self.ready()
+        if up:
+            with contextlib.suppress(OSError):
+                connection.send(None)
+        connection.close()
+        if process is not None and not up:
+            process.kill()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None until it is started)."""
+        return self._process.pid if self._process is not None else None
+
+    def close(self) -> None:
+        """Stop the worker (it holds no state): asked to end when it is up, killed when
+        it is still starting (a short crawl does not wait for its imports)."""
+        self.stop()
+        process = self._process
+        if process is not None:
+            try:
+                process.wait(CLOSE_WAIT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class WorkerPool:
+    """The crawl's index workers: one for each parsing thread that asks, then the
+    derivation of the posting lists in parts, once the crawl is over.
+
+    Args:
+        settings: the crawl's settings.
+        enabled: False (``search.workers: false``) starts none: the threads do it all.
+    """
+
+    def __init__(self, settings: Settings, *, enabled: bool = True) -> None:
+        self.settings = settings
+        self.enabled = enabled
+        self._workers: list[IndexWorker] = []
+        self._spare: list[IndexWorker] = []
+        self._lock = threading.Lock()
+        self.answered = 0
+        """Pieces of work the closed workers did (pages, parts of the lists)."""
+
+    def prestart(self, count: int) -> list[IndexWorker]:
+        """Start ``count`` workers now, for the next :meth:`take` calls."""
+        if not self.enabled:
+            return []
+        started = [IndexWorker(self.settings) for _ in range(count)]
+        with self._lock:
+            self._spare += started
+        return started
+
+    def take(self) -> IndexWorker | None:
+        """A worker for one thread's use, started now unless :meth:`prestart` did
+        (None when workers are off)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            worker = self._spare.pop(0) if self._spare else IndexWorker(self.settings)
+            self._workers.append(worker)
+        return worker
+
+    def map_parts(
+        self, function: Callable[..., T], arguments: Sequence[tuple[Any, ...]]
+    ) -> Iterator[T]:
+        """``function(*a)`` for each ``a`` of ``arguments``, in order, computed by the
+        workers that are up, each given the next part as soon as its answer is taken
+        (so the caller stores one part while the workers compute the next ones); a
+        part no worker can do is done in this thread."""
+        with self._lock:
+            workers = [worker for worker in self._workers if worker.ready()]
+        computing: dict[int, IndexWorker] = {}
+        sent = 0
+
+        def send_next(worker: IndexWorker) -> None:
+            nonlocal sent
+            if sent < len(arguments):
+                try:
+                    worker.submit(function, *arguments[sent])
+                    computing[sent] = worker
+                except WorkerError:
+                    pass  # this part is done in the thread when its turn comes
+                sent += 1
+
+        for worker in workers:
+            send_next(worker)
+        for index, part in enumerate(arguments):
+            doing = computing.pop(index, None)
+            if doing is not None:
+                try:
+                    result: T = doing.result()
+                except WorkerError as exc:
+                    logger.debug("a worker failed on a part of %s: %s", function.__name__, exc)
+                else:
+                    send_next(doing)
+                    yield result
+                    continue
+            yield function(*part)
+
+    @property
+    def size(self) -> int:
+        """How many workers there are (up or starting)."""
+        with self._lock:
+            return len(self._workers)
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._workers, self._spare = [*self._workers, *self._spare], [], []
+        for worker in workers:  # all asked first, so they end at the same time
+            worker.stop()
+        for worker in workers:
+            worker.close()
+            self.answered += worker.answered
+        if workers:
+            logger.debug("%d index workers did %d pieces of work", len(workers), self.answered)

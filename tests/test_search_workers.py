@@ -1,0 +1,254 @@
+"""Indexing at crawl speed: the index workers, the posting lists derived in parts, and
+the word splitter, each against what it replaces (same rows, same words)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support.sites import GeneratedSite
+
+from plugins.search import SearchManager
+from plugins.search.content import html_content
+from plugins.search.index import (
+    DOCS,
+    LISTS,
+    TABLES,
+    VOCABULARY,
+    _words,
+    build_document,
+    build_lists,
+    document_rows,
+    list_part,
+)
+from plugins.search.processing import WORD
+from plugins.search.settings import index_caps, text_processor
+from plugins.search.worker import IndexWorker, WorkerError, WorkerPool, index_page
+from rccrawler.data.storage import create_storage, open_storage
+from rccrawler.manager import load_settings
+from rccrawler.web.html import parse_html
+
+HOST = "w.test"
+MANAGER = "plugins.search.SearchManager"
+READY_WAIT = 60.0
+"""Seconds a test waits for a worker's interpreter to start (a bound, not a measure)."""
+
+
+def _reference_words(text: str) -> list[str]:
+    """The letter runs as the regex finds them (what ``_words`` replaced)."""
+    lowered = text.lower()
+    if len(lowered) != len(text):
+        return [word.lower() for word in WORD.findall(text)]
+    return WORD.findall(lowered)
+
+
+def test_words_are_the_letter_runs_the_regex_finds_in_any_text():
+    rng = random.Random(16)
+    every = [chr(code) for code in range(0x3000)]
+    odd = ["\ud800", "\udfff", "İ", "\u212a", "\U0001f600", "\U00010400", "²", "_", "é", "’"]
+    punctuation = [char for char in every + odd if not WORD.fullmatch(char)]
+    ascii_only = [chr(code) for code in range(128)]
+    for n in range(6000):
+        pool = (every + odd, punctuation + ascii_only, ascii_only, ascii_only + odd)[n % 4]
+        text = "".join(rng.choice(pool) for _ in range(rng.randint(0, 60)))
+        assert _words(text) == _reference_words(text), repr(text)
+    assert _words("Don’t ¶ stop—the café’s 2nd İstanbul_flight") == [
+        "don", "t", "stop", "the", "café", "s", "nd", "i̇stanbul", "flight",
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def site_settings(serve, crawler, tmp_path):
+    """Settings of a search crawl of a 150-page generated site (not yet run), each in
+    a state and output of its own."""
+    server = serve({HOST: GeneratedSite(HOST, 150)})
+    made = iter(range(100))
+
+    def settings_for(**search: object) -> Path:
+        folder = tmp_path / f"crawl{next(made)}"
+        return crawler.settings_file(
+            [HOST], server.resolve, manager=MANAGER, search=search,
+            state_dir=str(folder / "state"), output_dir=str(folder / "output"),
+        )  # fmt: skip
+
+    return settings_for
+
+
+def _stored(config: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every search table's rows, the page ids replaced by the pages' URLs."""
+    _cls, settings = load_settings(config)
+    with open_storage(settings, task_tables=TABLES) as data:
+        docs = data.task_rows(DOCS.name)
+        url_of = {row[0]: row[1] for row in docs}
+        lists = data.task_rows(LISTS.name)
+        vocabulary = data.task_rows(VOCABULARY.name)
+    return {
+        "docs": sorted(row[1:] for row in docs),
+        "lists": sorted(lists, key=lambda row: (row[0], row[1])),
+        "vocabulary": sorted(vocabulary),
+        "urls": sorted(url_of.values()),
+    }
+
+
+def test_a_crawl_indexed_by_workers_stores_what_its_threads_would(site_settings):
+    """The same crawl with its pages indexed in worker processes (started and up
+    before it begins) and with ``search.workers: false``: the same rows, and the
+    workers did the pages and the lists."""
+    by_threads = site_settings(workers=False)
+    _cls, settings = load_settings(by_threads)
+    assert SearchManager(settings).run()
+    by_workers = site_settings()
+    _cls, settings = load_settings(by_workers)
+    manager = SearchManager(settings)
+    for worker in manager.workers.prestart(settings.parsing_threads):
+        assert worker.ready(wait=READY_WAIT)
+    assert manager.run()
+    assert manager.workers.answered >= 150  # every page (and the parts of the lists)
+    # Page ids follow the order pages were found, which threads may change: compare by URL.
+    threads, workers = _stored(by_threads), _stored(by_workers)
+    assert len(threads["urls"]) == 150
+    assert workers["docs"] == threads["docs"]
+    assert workers["vocabulary"] == threads["vocabulary"]
+    assert SearchManager.search(settings, "page", limit=200)
+    assert len(workers["lists"]) == len(threads["lists"])
+
+
+def test_the_lists_derived_in_parts_are_the_lists_derived_at_once(site_settings):
+    config = site_settings(workers=False)
+    _cls, settings = load_settings(config)
+    assert SearchManager(settings).run()
+    tables = SearchManager.tables_for(settings)
+
+    def derived(**options: object) -> tuple[list[tuple[object, ...]], ...]:
+        data = create_storage(settings, task_tables=tables)
+        data.open()
+        try:
+            build_lists(data, **options)  # type: ignore[arg-type]
+            return tuple(sorted(data.task_rows(t.name)) for t in (LISTS, VOCABULARY))
+        finally:
+            data.close()
+
+    at_once = derived()
+    for batch in (7, 1024):
+        whole = derived(batch=batch)
+        for parts in (2, 3, 5):
+            assert derived(batch=batch, parts=parts) == whole, (batch, parts)
+    assert derived(batch=1024) == at_once
+    pool = WorkerPool(settings)
+    try:
+        for worker in pool.prestart(2):
+            pool.take()
+            assert worker.ready(wait=READY_WAIT)
+        assert derived(map_parts=pool.map_parts, parts=2) == at_once
+    finally:
+        pool.close()
+    assert pool.answered == 2
+
+
+def test_a_worker_parses_and_indexes_a_page_as_the_thread_does(site_settings):
+    _cls, settings = load_settings(site_settings())
+    processor, caps = text_processor(settings), index_caps(settings)
+    site = GeneratedSite(HOST, 30)
+    worker = IndexWorker(settings)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        for i in range(30):
+            url = f"http://{HOST}/p/{i}.html"
+            body = site.body(i)
+            options = {"full": True, "max_links": 1000}
+            parsed, rows = worker.call(index_page, (url, url, body, "text/html", options))
+            here = parse_html(body, url, "text/html", full=True, max_links=1000)
+            content = html_content(url, here)
+            assert parsed == here
+            assert rows == document_rows(build_document(content, processor, **caps))
+        noindex = b'<html><head><meta name="robots" content="noindex"></head><body>x</body>'
+        assert worker.call(index_page, (url, url, noindex, "text/html", {"full": True}))[1] is None
+        assert worker.answered == 31
+    finally:
+        worker.close()
+
+
+def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
+    config = site_settings(workers=False)
+    _cls, settings = load_settings(config)
+    assert SearchManager(settings).run()
+    with open_storage(settings, task_tables=SearchManager.tables_for(settings)) as data:
+        columns = ("page_id", "terms", "weights", "counts", "positions", "words", "word_terms")
+        rows = sorted(data.task_rows(DOCS.name, columns=columns))
+    pool = WorkerPool(settings)
+    try:
+        workers = pool.prestart(2)
+        for worker in workers:
+            pool.take()
+            assert worker.ready(wait=READY_WAIT)
+        pid = workers[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(WorkerError):
+            workers[0].call(list_part, 0, rows)
+        arguments = [(0, rows, part, 2) for part in range(2)]
+        assert list(pool.map_parts(list_part, arguments)) == [list_part(*a) for a in arguments]
+        assert not workers[0].ready()
+    finally:
+        pool.close()
+    assert pool.answered == 2  # both parts, by the live worker, one after the other
+
+
+def _children(pid: int) -> set[int]:
+    """The processes ``pid`` started (Linux: /proc/<pid>/task/*/children)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
+    serve, crawler, tmp_path
+):
+    """SIGKILL in mid-crawl: the workers end with the crawl (their socket closes), and
+    the resumed crawl stores the rows an uninterrupted one stores."""
+    site = GeneratedSite(HOST, 800, fanout=8)
+    server = serve({HOST: site})
+    reference = crawler.settings_file(
+        [HOST], server.resolve, manager=MANAGER, search={"workers": False},
+        state_dir=str(tmp_path / "ref" / "state"), output_dir=str(tmp_path / "ref" / "out"),
+    )  # fmt: skip
+    _cls, settings = load_settings(reference)
+    assert SearchManager(settings).run()
+    hits = len(server.hits)
+    config = crawler.settings_file([HOST], server.resolve, manager=MANAGER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Bounds, not measures: the crawl is under way and its workers are up.
+        assert server.wait_for_hits(hits + 300, timeout=60, alive=lambda: proc.poll() is None)
+        workers = _children(proc.pid)
+        assert len(workers) >= 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    deadline = time.monotonic() + 30
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, workers))
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _stored(config)["docs"] == _stored(reference)["docs"]
+    assert _stored(config)["vocabulary"] == _stored(reference)["vocabulary"]
