@@ -9,10 +9,10 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from crawling import wait_until
 from support.sites import GeneratedSite
 
 from plugins.search import SearchManager
@@ -244,10 +244,7 @@ def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)
-    deadline = time.monotonic() + 30
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(map(_alive, workers))
+    assert wait_until(lambda: not any(map(_alive, workers)), timeout=30, interval=0.05)
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert _stored(config)["docs"] == _stored(reference)["docs"]
