@@ -28,6 +28,13 @@ TaskRows = Mapping[str, Sequence[tuple[Any, ...]]]
 """A task's rows for one page: task table name → rows (without the page_id column)."""
 
 
+def state_identity(manager: str, storage: str) -> dict[str, str]:
+    """The ``meta`` rows that identify a state: what its first run writes, and what
+    :func:`check_state_identity` compares. A state with none of these keys is new (a
+    shared crawl's workers add keys of their own)."""
+    return {"schema_version": str(SCHEMA_VERSION), "manager": manager, "storage": storage}
+
+
 def check_state_identity(
     meta: dict[str, str], manager: str, storage: str, where: str, *, shared: bool = False
 ) -> None:
@@ -46,11 +53,10 @@ def check_state_identity(
     """
     from rccrawler.exceptions import StateError
 
-    for key, expected, what in (
-        ("schema_version", str(SCHEMA_VERSION), "was written by schema version"),
-        ("manager", manager, "belongs to manager"),
-        ("storage", storage, "was kept in storage"),
-    ):
+    whats = {"schema_version": "was written by schema version",
+             "manager": "belongs to manager", "storage": "was kept in storage"}  # fmt: skip
+    for key, expected in state_identity(manager, storage).items():
+        what = whats[key]
         found = meta.get(key)
         if found != expected:
             shown = found if key == "schema_version" else repr(found)

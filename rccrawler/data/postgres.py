@@ -891,7 +891,7 @@ class PostgresDataManager(SQLDataManager):
             if mine > self._share and any(n < self._share for n, _idle in others.values()):
                 why = "fewer hosts than its share"
             elif (
-                sum(map(_threads_wanted, self._held.values())) > self.download_slots
+                self._threads_wanted_here() > self.download_slots
                 and 2 * max(idle for _n, idle in others.values())
                 >= given.data.max_downloads_at_time
             ):
@@ -904,7 +904,7 @@ class PostgresDataManager(SQLDataManager):
     def _publish_spare(self) -> None:
         """Tell the other workers how many of this worker's downloading threads its hosts
         leave idle, when that changed (lock held)."""
-        wanted = sum(map(_threads_wanted, self._held.values()))
+        wanted = self._threads_wanted_here()
         spare = max(0, self.download_slots - wanted)
         if spare != self._spare_published:
             with self._transaction() as cur:
@@ -1158,6 +1158,10 @@ class PostgresDataManager(SQLDataManager):
         held.exhausted = not pages and not busy
         held.dry = not pages
 
+    def _threads_wanted_here(self) -> int:
+        """The downloading threads this worker's hosts will keep busy (lock held)."""
+        return sum(map(_threads_wanted, self._held.values()))
+
     def _below_share(self) -> bool:
         """Whether this worker holds fewer hosts than its share of those with work (and
         than its threads: one worker of many hosts holds a host per thread at most)."""
@@ -1168,9 +1172,7 @@ class PostgresDataManager(SQLDataManager):
         # Below its share, even if the threads are spoken for: a host that waits for a
         # worker to be done with others starts late and ends the crawl alone at its
         # limit (8 hosts for 2 workers held 3 each, and two waited 2.4 s).
-        if not self._below_share() and (
-            sum(map(_threads_wanted, self._held.values())) >= self.download_slots
-        ):
+        if not self._below_share() and (self._threads_wanted_here() >= self.download_slots):
             return False
         if len(self._held) >= self.hosts_per_thread * self.download_slots:
             return False  # polite hosts need no thread between requests, but memory

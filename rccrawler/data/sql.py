@@ -32,7 +32,7 @@ from typing import (
     Unpack,
 )
 
-from rccrawler.data.base import SCHEMA_VERSION, DataManager, check_state_identity
+from rccrawler.data.base import DataManager, check_state_identity, state_identity
 from rccrawler.data.tables import TaskTable, check_rows
 from rccrawler.exceptions import StateError
 from rccrawler.policy import (
@@ -521,13 +521,12 @@ class SQLDataManager(DataManager):
             storage = self._storage_identity(cur)
             cur.execute("SELECT key, value FROM meta")
             meta = dict(cur.fetchall())
-            # New: no identity yet (workers may have written their own keys already).
-            if not meta.keys() & {"schema_version", "manager", "storage"}:
+            identity = state_identity(manager, storage)
+            if not meta.keys() & identity.keys():  # a new state (see state_identity)
                 cur.executemany(
                     self._sql("INSERT INTO meta VALUES (?, ?)"),
-                    [("schema_version", str(SCHEMA_VERSION)), ("manager", manager),
-                     ("storage", storage), ("created", repr(self._clock(cur)))],
-                )  # fmt: skip
+                    [*identity.items(), ("created", repr(self._clock(cur)))],
+                )
                 return
         check_state_identity(meta, manager, storage, self.describe(), shared=self.shared)
 

@@ -311,22 +311,21 @@ _FLAT = frozenset(
 
 
 _RAW_TEXT_AFTER = b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT))
-_DEPTH_TAG = re.compile(
-    _COMMENT + rb"|" + _BOGUS + rb"|<(/?" + _TAG_NAME + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")"
-    + _TAG_BODY + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|" + _TAG_BODY + rb")",
-    re.IGNORECASE | re.DOTALL,
+_DEPTH_TAGS = (
+    _BOGUS + rb"|<(/?" + _TAG_NAME + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")" + _TAG_BODY
+    + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|" + _TAG_BODY + rb")"
 )  # fmt: skip
-_DEPTH_TAG_FOREIGN = re.compile(
-    _COMMENT + rb"|" + _CDATA + rb".*?(?:\]\]>|\Z)|" + _BOGUS + rb"|<(/?" + _TAG_NAME
-    + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")" + _TAG_BODY + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|"
-    + _TAG_BODY + rb")",
-    re.IGNORECASE | re.DOTALL,
-)  # fmt: skip
-"""The same for a page with <svg> or <math>, where a CDATA section runs to ``]]>``."""
-"""A tag as ``name`` or ``/name`` (a comment as ``b""``), as the exact scan reads them: a
-raw-text element's start tag is one match with its content, which the exact scan
-skips (``<script/>`` too: the tokenizer ignores a slash on an element that is not
+"""A tag as ``name`` or ``/name`` (a bogus comment as ``b""``), as the exact scan reads
+them: a raw-text element's start tag is one match with its content, which the exact
+scan skips (``<script/>`` too: the tokenizer ignores a slash on an element that is not
 void); its end tag is a match of its own."""
+_DEPTH_TAG = re.compile(_COMMENT + rb"|" + _DEPTH_TAGS, re.IGNORECASE | re.DOTALL)
+"""Comments (as ``b""``) and tags, on a page without <svg> or <math>: a CDATA section is
+a bogus comment there."""
+_DEPTH_TAG_FOREIGN = re.compile(
+    _COMMENT + rb"|" + _CDATA + rb".*?(?:\]\]>|\Z)|" + _DEPTH_TAGS, re.IGNORECASE | re.DOTALL
+)
+"""The same for a page with <svg> or <math>, where a CDATA section runs to ``]]>``."""
 
 
 class _DepthSteps(dict[bytes, int]):
@@ -352,8 +351,9 @@ def _nesting_bound(data: bytes) -> int:
 
     The depth after each tag is ``S - min(0, min of S so far)``, with ``S`` the running
     sum of the tags' steps (end tags at depth 0 are ignored), so ``max(S) - min(0,
-    min(S))`` bounds it. A raw-text element counts as a start tag that is never closed:
-    a level too many, never too few.
+    min(S))`` bounds it. A raw-text element counts as its start and end tags, with its
+    content skipped, as the exact scan does; on a page with <svg> or <math> every ``<``
+    not read as markup counts one level more (see below).
     """
     if len(_DEPTH_STEPS) > _DEPTH_STEPS_KEPT:  # a page of made-up names keeps none
         _DEPTH_STEPS.clear()
