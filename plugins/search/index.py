@@ -36,13 +36,13 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from plugins.search.content import Content
+from plugins.search.content import Content, html_content
 from plugins.search.processing import WORD
 from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
@@ -50,6 +50,7 @@ from rccrawler.records import PageId
 if TYPE_CHECKING:
     from plugins.search.processing import TextProcessor
     from rccrawler.data.base import DataManager, TaskRows
+    from rccrawler.web.html import ParsedPage
 
 logger = logging.getLogger(__name__)
 
@@ -418,6 +419,21 @@ def document_rows(document: IndexedDocument) -> TaskRows:
                      _pack(_U32, document.counts), document.positions, "\n".join(written),
                      "\n".join(map(document.words.__getitem__, written)))],
     }  # fmt: skip
+
+
+def content_rows(content: Content, processor: TextProcessor, caps: Mapping[str, int]) -> TaskRows:
+    """The rows of a page's content, weighed (``caps``: see ``index_caps``): how every
+    indexer of the task builds them, in a thread or in an index worker."""
+    return document_rows(build_document(content, processor, **caps))
+
+
+def page_rows(
+    normalized_url: str, parsed: ParsedPage, processor: TextProcessor, caps: Mapping[str, int]
+) -> TaskRows | None:
+    """The rows of a parsed HTML page, or None for a ``noindex`` page."""
+    if "noindex" in parsed.meta_robots:
+        return None
+    return content_rows(html_content(normalized_url, parsed), processor, caps)
 
 
 def _lines(text: str) -> list[str]:

@@ -6,8 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from plugins.search.content import extract_content, html_content
-from plugins.search.index import build_document, document_rows
+from plugins.search.content import extract_content
+from plugins.search.index import content_rows, page_rows
 from plugins.search.settings import index_caps, text_processor
 from plugins.search.worker import WorkerError, WorkerPool, index_page
 from rccrawler.context import CrawlContext
@@ -68,11 +68,8 @@ class IndexingParsingThread(ParsingThread):
         indexed, self._indexed = self._indexed, None
         if indexed is not None and indexed[0] == page.id:
             return indexed[1]
-        if "noindex" in parsed.meta_robots:
-            return None
         # The weighing is the slow part: it runs here, outside the DataManager's lock.
-        content = html_content(page.normalized_url, parsed)
-        return document_rows(build_document(content, self.processor, **self.caps))
+        return page_rows(page.normalized_url, parsed, self.processor, self.caps)
 
 
 class IndexingDownloadingThread(DownloadingThread):
@@ -88,4 +85,4 @@ class IndexingDownloadingThread(DownloadingThread):
         if result.error or result.status != 200 or is_html(result.content_type):
             return None
         content = extract_content(page.normalized_url, result.body, result.content_type)
-        return document_rows(build_document(content, self.processor, **self.caps))
+        return content_rows(content, self.processor, self.caps)

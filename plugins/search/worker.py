@@ -25,8 +25,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from plugins.search.content import html_content
-from plugins.search.index import build_document, document_rows
+from plugins.search.index import page_rows
 from plugins.search.settings import index_caps, text_processor
 
 if TYPE_CHECKING:
@@ -69,10 +68,7 @@ def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows | None]:
     ``noindex`` page), as the parsing thread would."""
     url, normalized_url, body, content_type, options = request
     parsed = parse_html(body, url, content_type, **options)
-    if "noindex" in parsed.meta_robots:
-        return parsed, None
-    content = html_content(normalized_url, parsed)
-    return parsed, document_rows(build_document(content, _Worker.processor, **_Worker.caps))
+    return parsed, page_rows(normalized_url, parsed, _Worker.processor, _Worker.caps)
 
 
 def serve(connection: Connection, settings: Settings) -> None:
