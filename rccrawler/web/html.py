@@ -560,13 +560,20 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
     return _namespace_step(child_ns, node)[0]
 
 
+_LINKS_WALK = "a[href], base[href], meta[name], svg, math"
+"""What one walk of the tree finds for the link graph (``svg, math``: whether any
+node may be foreign)."""
+_FULL_WALK = _LINKS_WALK + ", title"
+"""The same for a full parse, with the title."""
+
+
 def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
     tree = LexborHTMLParser(data)  # UTF-8 bytes: read as they are, without a copy
     # One walk of the tree finds what the link graph needs (each css() call is a walk:
     # four of them were a sixth of the parsing threads' time on big pages, issue 14).
-    by_tag: dict[str, list[LexborNode]] = {"a": [], "base": [], "meta": []}
+    by_tag: dict[str, list[LexborNode]] = {"a": [], "base": [], "meta": [], "title": []}
     foreign = False
-    for node in tree.css("a[href], base[href], meta[name], svg, math"):
+    for node in tree.css(_FULL_WALK if full else _LINKS_WALK):
         tag = node.tag or ""
         if tag in by_tag:
             by_tag[tag].append(node)
@@ -599,7 +606,7 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
     if not full:
         return _page(links, base_url, metas, first_cut_link=cut)
 
-    title = next(iter(html_only("title")), None)
+    title = next(iter(html_only("title", by_tag["title"])), None)
     title_text = title.text(deep=True) if title else ""
     # Decomposing is cheaper than walking the tree in Python to skip these subtrees.
     tree.strip_tags(list(_SKIPPED_TEXT_TAGS))
