@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,6 +121,28 @@ def test_a_crawl_indexed_by_workers_stores_what_its_threads_would(site_settings)
     assert len(workers["lists"]) == len(threads["lists"])
 
 
+def test_a_crawl_whose_worker_is_killed_stores_what_its_threads_would(site_settings):
+    """One worker is dead before the crawl begins: its thread finds out on the pages it
+    sent (or sends) there, does them itself, and goes on alone; the rows are the same."""
+    by_threads = site_settings(workers=False)
+    _cls, settings = load_settings(by_threads)
+    assert SearchManager(settings).run()
+    threads = _stored(by_threads)
+    config = site_settings()
+    _cls, settings = load_settings(config)
+    manager = SearchManager(settings)
+    workers = manager.workers.prestart(settings.parsing_threads)
+    for worker in workers:
+        assert worker.ready(wait=READY_WAIT)
+    assert workers[0].pid is not None
+    os.kill(workers[0].pid, signal.SIGKILL)
+    assert manager.run()
+    stored = _stored(config)
+    assert stored["docs"] == threads["docs"]
+    assert stored["vocabulary"] == threads["vocabulary"]
+    assert workers[1].answered > 0
+
+
 def test_the_lists_derived_in_parts_are_the_lists_derived_at_once(site_settings):
     config = site_settings(workers=False)
     _cls, settings = load_settings(config)
@@ -173,6 +196,35 @@ def test_a_worker_parses_and_indexes_a_page_as_the_thread_does(site_settings):
         assert worker.answered == 31
     finally:
         worker.close()
+
+
+def test_a_worker_reads_the_next_page_while_it_sends_an_answer(site_settings):
+    """Two big pages sent back to back before either answer is read, as a parsing
+    thread keeps the next page in the pipe: both pipes fill, and the worker still reads
+    on, so both answers come, in order (the two sends had waited on each other)."""
+    _cls, settings = load_settings(site_settings())
+    url = f"http://{HOST}/big.html"
+    text = "lorem ipsum dolor sit amet " * 150_000  # 4 MB: more than a pipe holds
+    pages = [f"<title>big {n}</title><p>{text}</p>".encode() for n in range(2)]
+    answers: list[tuple[object, ...]] = []
+
+    def pipeline() -> None:
+        for body in pages:
+            worker.submit(index_page, (url, url, body, "text/html", {"full": True}))
+        answers.extend(worker.result() for _ in pages)
+
+    worker = IndexWorker(settings)
+    thread = threading.Thread(target=pipeline, daemon=True)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        thread.start()
+        thread.join(READY_WAIT)  # a bound, not a measure: this takes well under a second
+        assert not thread.is_alive(), "the worker and its caller wait on each other"
+    finally:
+        if thread.is_alive() and worker.pid is not None:
+            os.kill(worker.pid, signal.SIGKILL)  # so that the stuck send fails, and ends
+        worker.close()
+    assert [parsed.title for parsed, _rows in answers] == ["big 0", "big 1"]  # type: ignore[attr-defined]
 
 
 def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):

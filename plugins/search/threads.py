@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,9 +40,17 @@ class IndexingParsingThread(ParsingThread):
     process of this thread's own (:mod:`plugins.search.worker`), so indexing runs on
     another core beside the crawl; the thread stores what it answers, as it stores
     what it computes itself when the worker is not up (same rows either way).
+
+    The worker is kept busy: while it works on one page, the next waits in its pipe,
+    so it goes on at once while this thread stores the page before (the thread needs
+    the GIL and the DataManager's lock for that, which the crawl's other threads hold
+    often). A page at the worker is leased for parsing like any other: a stop waits
+    for it, and a kill loses it unstored, to be fetched again.
     """
 
     full_parse = True
+    pages_at_worker = 2
+    """Pages sent to the worker ahead of their answers (1: one at a time)."""
 
     def __init__(self, context: CrawlContext, index: int) -> None:
         super().__init__(context, index)
@@ -48,21 +58,49 @@ class IndexingParsingThread(ParsingThread):
         self.caps = index_caps(self.settings)
         workers = context.workers if isinstance(context, SearchContext) else None
         self.worker = workers.take() if workers is not None else None
+        self._sent: deque[tuple[PageData, bytes]] = deque()
+        """Pages sent to the worker, oldest first: its answers come in that order."""
         self._indexed: tuple[PageId, TaskRows | None] | None = None
         """The rows the worker built with the page it parsed last."""
 
-    def parse_page(self, page: PageData, body: bytes) -> ParsedPage:
-        self._indexed = None
-        if self.worker is not None:
-            request = (page.url, page.normalized_url, body, page.content_type)
+    def step(self) -> bool:
+        worker = self.worker
+        if worker is None or not (worker.ready() or self._sent):
+            return super().step()  # this thread parses and weighs (same rows)
+        while len(self._sent) < self.pages_at_worker and worker.ready():
+            item = self.data.take_for_parsing()
+            if item is None:
+                break
+            page, body = item
             try:
-                parsed, rows = self.worker.call(index_page, (*request, self.parse_options()))
-            except WorkerError as exc:  # not up yet, or failed: this thread does it
-                logger.debug("%s: indexed in the thread (%s)", page.url, exc)
-            else:
-                self._indexed = (page.id, rows)
-                return parsed
-        return super().parse_page(page, body)
+                request = (page.url, page.normalized_url, body, page.content_type)
+                worker.submit(index_page, (*request, self.parse_options()))
+            except WorkerError:  # gone meanwhile: this page is done here
+                self.finish_page(page, body, self.parse_page(page, body))
+                return True
+            self._sent.append(item)
+        if not self._sent:
+            return False
+        page, body = self._sent.popleft()
+        try:
+            parsed, rows = worker.result()
+        except WorkerError as exc:  # failed there, or gone: this thread does it
+            logger.debug("%s: indexed in the thread (%s)", page.url, exc)
+            parsed = self.parse_page(page, body)
+        else:
+            self._indexed = (page.id, rows)
+        self.finish_page(page, body, parsed)
+        return True
+
+    def close(self) -> None:
+        # Pages still at the worker (a stop that could not wait for them) stay unstored,
+        # to be fetched again; their answers are read and dropped, so that the worker's
+        # next answer is to what is sent next (the parts of the posting lists).
+        while self._sent and self.worker is not None:
+            self._sent.popleft()
+            with contextlib.suppress(WorkerError):
+                self.worker.result()
+        super().close()
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         indexed, self._indexed = self._indexed, None

@@ -5,7 +5,8 @@ parse of its text, the weighing of its terms) costs more than its download and l
 Each parsing thread of the search task hands its pages to a worker process of its own,
 which parses the page (the links the crawl needs, and the text) and builds its index
 row; the thread waits for the answer without holding the GIL, so the crawl goes on
-meanwhile. When the crawl is over, the workers derive the posting lists, a part each.
+meanwhile, and keeps the next page in the pipe, so the worker goes on too. When the
+crawl is over, the workers derive the posting lists, a part each.
 
 Nothing is stored by a worker: the thread stores the page's links and row together, as
 before, so a killed crawl loses no finished page. A worker that is not up yet, has
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -73,18 +75,27 @@ def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows | None]:
 
 def serve(connection: Connection, settings: Settings) -> None:
     """A worker's life: (function, arguments) in, ("ok", result) or ("error", what)
-    out, until None or the pipe closes."""
+    out, in the order they came, until None or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the crawl decides when to stop
     _Worker.processor = text_processor(settings)
     _Worker.caps = index_caps(settings)
+    requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def read() -> None:
+        # Always reading: a caller may send the next piece while this process sends an
+        # answer, and two sends into full pipes would wait on each other for ever.
+        while True:
+            try:
+                request = connection.recv()
+            except (EOFError, OSError):
+                request = None
+            requests.put(request)
+            if request is None:
+                return
+
+    threading.Thread(target=read, name="IndexWorker-requests", daemon=True).start()
     connection.send(READY)
-    while True:
-        try:
-            request = connection.recv()
-        except (EOFError, OSError):
-            return
-        if request is None:
-            return
+    while (request := requests.get()) is not None:
         function, arguments = request
         try:
             answer: tuple[str, object] = ("ok", function(*arguments))

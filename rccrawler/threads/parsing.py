@@ -40,7 +40,16 @@ class ParsingThread(CrawlerThread):
         if item is None:
             return False
         page, body = item
-        parsed = self.parse_page(page, body)
+        self.finish_page(page, body, self.parse_page(page, body))
+        return True
+
+    def finish_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> None:
+        """The rest of a step once a leased page is parsed: its links classified, its
+        task rows (:meth:`process_page`) and both stored in one atomic call.
+
+        A task that overrides :meth:`step` (to keep pages in flight elsewhere, say)
+        calls it once for each page it took with ``take_for_parsing``.
+        """
         links, skipped = self.classify_links(page, parsed)
         if parsed.truncated:
             # The crawl goes on with what was kept; skipped.csv names where the cut began.
@@ -50,7 +59,6 @@ class ParsingThread(CrawlerThread):
                 skipped.append(SkippedLink(normalize_url(cut) or cut, SkipReason.TRUNCATED))
         rows = self.process_page(page, body, parsed)
         self.data.store_parse(page.id, links, skipped, rows)
-        return True
 
     def parse_options(self) -> dict[str, Any]:
         """The keyword arguments of ``parse_html`` for this crawl's pages (parser,
