@@ -355,6 +355,25 @@ def _execute(settings, statement: str) -> None:
             conn.execute(statement)
 
 
+def test_an_open_index_sees_what_another_connection_writes(indexed):
+    """The index a server keeps open counts its documents again only when the storage
+    says it may have changed (SQLite's data_version, a count on PostgreSQL): a change
+    made behind its back shows at the next query."""
+    index = SearchManager.load_index(indexed)
+    try:
+        documents = index.document_count()
+        assert index.lists_built()
+        assert index.document_count() == documents
+        _execute(indexed, "DELETE FROM search_built")
+        assert index.document_count() == documents
+        assert not index.lists_built()
+        _execute(indexed, f"INSERT INTO search_built VALUES ({documents})")
+        index.document_count()
+        assert index.lists_built()
+    finally:
+        index.data.close()
+
+
 def test_posting_lists_are_derived_when_the_crawl_ends(indexed):
     """A crawl writes one row per page; the term-keyed lists are derived at its end.
     Without them (a running or stopped crawl) a search scans the pages' rows, and finds

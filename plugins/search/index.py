@@ -691,6 +691,7 @@ class SearchIndex:
         self._lengths: dict[PageId, int] | None = None
         self._lists: bool | None = None
         self._seen_state: tuple[int, bool] | None = None
+        self._seen_version: object | None = None
         self.cache = PostingCache(cache_postings)
         """The decoded posting lists kept."""
 
@@ -727,7 +728,10 @@ class SearchIndex:
 
     def document_count(self) -> int:
         """Documents in the index; also looks again whether the posting lists cover them
-        (a query evaluator asks once per query)."""
+        (a query evaluator asks once per query) when the storage may have changed."""
+        version = self.data.stored_version()  # before the reads: a later change shows
+        if version is not None and version == self._seen_version and self._seen_state:
+            return self._seen_state[0]
         total = self.data.task_row_total(DOCS.name)
         built = self.data.task_rows(BUILT.name)
         self._lists = bool(built) and int(built[0][0]) == total
@@ -736,6 +740,7 @@ class SearchIndex:
             self._seen_state = (total, self._lists)
             self.cache.clear()
             self._lengths = self._average_length = None
+        self._seen_version = version  # last: a thread that sees it sees the state
         return total
 
     def lists_built(self) -> bool:

@@ -313,6 +313,12 @@ class DataManager(ABC):
     def task_row_total(self, table: str) -> int:
         """How many rows a task table holds."""
 
+    def stored_version(self) -> object | None:
+        """A token that changes whenever what is stored may have changed, by this
+        process or another (a reader keeps what it derived while it stays the same);
+        None when the storage cannot tell cheaply: read again to know."""
+        return None
+
     @abstractmethod
     def add_task_rows(self, table: str, rows: Sequence[tuple[Any, ...]]) -> None:
         """Add rows to a task table declared with ``per_page=False``, in one transaction

@@ -463,6 +463,12 @@ class SQLiteDataManager(SQLDataManager):
         counters.by_state[PageState.WAITING] -= count
         counters.by_state[PageState.SKIPPED] += count
 
+    def stored_version(self) -> object | None:
+        # data_version changes with another connection's commits, total_changes with
+        # this one's: a few microseconds, where a count(*) scans a table.
+        with self._lock:
+            return self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes
+
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
