@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from crawling import wait_until
-from support.sites import GeneratedSite
+from support.sites import GeneratedSite, page_path
 
 from plugins.search import SearchManager
 from plugins.search.content import html_content
@@ -31,9 +31,11 @@ from plugins.search.index import (
 )
 from plugins.search.processing import WORD
 from plugins.search.settings import index_caps, text_processor
+from plugins.search.threads import IndexingParsingThread
 from plugins.search.worker import IndexWorker, WorkerError, WorkerPool, index_page
 from rccrawler.data.storage import create_storage, open_storage
 from rccrawler.manager import load_settings
+from rccrawler.records import PageData, PageId
 from rccrawler.web.html import parse_html
 
 HOST = "w.test"
@@ -225,6 +227,29 @@ def test_a_worker_reads_the_next_page_while_it_sends_an_answer(site_settings):
             os.kill(worker.pid, signal.SIGKILL)  # so that the stuck send fails, and ends
         worker.close()
     assert [parsed.title for parsed, _rows in answers] == ["big 0", "big 1"]  # type: ignore[attr-defined]
+
+
+def test_a_closing_thread_reads_the_answers_to_the_pages_it_sent(site_settings):
+    """A stop that could not wait for them ends a parsing thread with pages still at its
+    worker: their answers are read and dropped, so the worker's next answer (a part of
+    the posting lists) is to what is sent next, not to one of those pages."""
+    _cls, settings = load_settings(site_settings())
+    manager = SearchManager(settings)
+    site = GeneratedSite(HOST, 3)
+    try:
+        thread = IndexingParsingThread(manager.context, 0)
+        worker = thread.worker
+        assert worker is not None and worker.ready(wait=READY_WAIT)
+        for i in range(3):
+            url = f"http://{HOST}{page_path(i)}"
+            page = PageData(id=PageId(i + 1), host=HOST, url=url, normalized_url=url)
+            worker.submit(index_page, (url, url, site.body(i), "text/html", {"full": True}))
+            thread._sent.append((page, site.body(i)))
+        thread.close()
+        assert not thread._sent
+        assert worker.call(len, "four") == 4
+    finally:
+        manager.workers.close()
 
 
 def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -96,10 +95,17 @@ class IndexingParsingThread(ParsingThread):
         # Pages still at the worker (a stop that could not wait for them) stay unstored,
         # to be fetched again; their answers are read and dropped, so that the worker's
         # next answer is to what is sent next (the parts of the posting lists).
-        while self._sent and self.worker is not None:
+        worker = self.worker
+        while self._sent and worker is not None:
             self._sent.popleft()
-            with contextlib.suppress(WorkerError):
-                self.worker.result()
+            try:
+                worker.result()
+            except WorkerError:
+                pass
+            except Exception as exc:  # an answer that cannot be read: nor can the next
+                logger.debug("an index worker's answer was unreadable (%r): closed", exc)
+                worker.stop()
+                self._sent.clear()
         super().close()
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
