@@ -28,6 +28,7 @@ from rccrawler.data.postgres import schema_for
 from rccrawler.data.sqlite import STATE_FILE
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.manager import load_settings
+from rccrawler.records import PageId
 
 pytestmark = pytest.mark.both_backends
 HOST = "s.test"
@@ -487,24 +488,52 @@ def test_a_long_lived_index_caches_and_notices_new_documents(indexed):
         assert len(index.cache) == 0  # scanned postings are not kept
 
 
-def test_the_posting_cache_keeps_the_latest_lists_within_its_bound():
+def test_the_posting_cache_keeps_the_lists_asked_for_most_within_its_bound():
+    """A list comes in only when its term was asked for more often than each list it
+    would push out, the least recently used first; a list larger than the bound never."""
     cache = PostingCache(5)
     postings = {name: dict.fromkeys(range(size), Posting(1.0)) for name, size in
                 (("a", 2), ("b", 2), ("c", 2), ("huge", 6))}  # fmt: skip
-    for name in ("a", "b"):
-        cache.put(name, postings[name])
-    assert cache.get("a") is postings["a"]  # "a" is now the latest used
-    cache.put("c", postings["c"])  # 6 > 5: the least recently used ("b") goes
-    assert cache.get("b") is None
-    assert cache.get("a") is postings["a"]
-    assert cache.get("c") is postings["c"]
+
+    def ask(name: str) -> dict[PageId, Posting] | None:
+        """What a search does: look in the cache, and put the list there on a miss."""
+        found = cache.get(name)
+        if found is None:
+            cache.put(name, postings[name])
+        return found
+
+    assert ask("a") is None and ask("b") is None
     assert len(cache) == 4
-    cache.put("huge", postings["huge"])  # larger than the whole bound: not kept
-    assert cache.get("huge") is None
+    assert ask("a") is postings["a"]  # a: asked twice, b: once
+    assert ask("c") is None  # once, no more than b: it stays out, and b stays in
+    assert cache.get("c") is None and ask("b") is postings["b"]
+    assert ask("c") is None  # c: 3 asks, a: 2, the least recently used: a goes
+    assert cache.get("c") is postings["c"]
+    assert cache.get("a") is None
+    assert cache.get("b") is postings["b"]
+    assert len(cache) == 4
+    for _ in range(3):
+        assert ask("huge") is None  # larger than the whole bound: never kept
     assert len(cache) == 4
     cache.clear()
     assert len(cache) == 0
-    assert cache.get("a") is None
+    assert cache.get("b") is None
+
+
+def test_a_round_of_queries_larger_than_the_posting_cache_still_finds_lists_there():
+    """Six terms asked in turn, room for five: LRU pushed out each list just before its
+    term came round again, and found none; the cache keeps five of them."""
+    cache = PostingCache(10)
+    postings = {term: dict.fromkeys(range(2), Posting(1.0)) for term in "abcdef"}
+    hits = 0
+    for _round in range(5):
+        for term in postings:
+            found = cache.get(term)
+            if found is None:
+                cache.put(term, postings[term])
+            hits += found is not None
+    assert hits == 4 * 5
+    assert len(cache) == 10
 
 
 def _smallest_window(positions: list[list[int]]) -> float:

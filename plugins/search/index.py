@@ -109,6 +109,8 @@ BATCH = 1_024
 """Pages per row of a posting list (and per read of the pages when deriving them)."""
 CACHE_POSTINGS = 300_000
 """Postings a :class:`SearchIndex` keeps decoded at most (about 50 MB)."""
+AGE_EVERY = 10_000
+"""Asks after which the posting cache halves how often each term was asked for."""
 
 Number = TypeVar("Number", int, float)
 
@@ -631,17 +633,32 @@ def _prefix_range(items: Sequence[str], prefix: str) -> slice:
 
 
 class PostingCache:
-    """The decoded posting lists of the terms used last, ``budget`` postings in all at
-    most (a list longer than that is not kept); safe across threads."""
+    """The decoded posting lists of the terms asked for most, ``budget`` postings in all
+    at most (a list longer than that is not kept); safe across threads.
+
+    A list comes in only if its term was asked for more often than each list it would
+    push out, the least recently used first (TinyLFU's admission). So terms asked for
+    once, as one-off queries or a round of queries larger than the cache, do not push
+    out the lists asked for often: under plain LRU, a round of queries that needs
+    more than the cache holds found none of its lists there. The counts halve every
+    :data:`AGE_EVERY` asks, so that old popularity fades.
+    """
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
         self._lists: OrderedDict[str, dict[PageId, Posting]] = OrderedDict()
         self._size = 0
+        self._asked: Counter[str] = Counter()
+        self._asks = 0
         self._lock = threading.Lock()
 
     def get(self, term: str) -> dict[PageId, Posting] | None:
         with self._lock:
+            self._asked[term] += 1
+            self._asks += 1
+            if self._asks >= AGE_EVERY:
+                self._asked = Counter({t: n // 2 for t, n in self._asked.items() if n > 1})
+                self._asks = 0
             found = self._lists.get(term)
             if found is not None:
                 self._lists.move_to_end(term)
@@ -652,11 +669,20 @@ class PostingCache:
             return
         with self._lock:
             old = self._lists.pop(term, None)
-            self._size += len(postings) - (len(old) if old is not None else 0)
+            size = self._size - (len(old) if old is not None else 0)
+            needed = size + len(postings) - self.budget
+            victims = []
+            for victim, held in self._lists.items():  # the least recently used first
+                if needed <= 0:
+                    break
+                if old is None and self._asked[victim] >= self._asked[term]:
+                    return  # not asked for more than what it would push out
+                victims.append(victim)
+                needed -= len(held)
+            for victim in victims:
+                size -= len(self._lists.pop(victim))
             self._lists[term] = postings
-            while self._size > self.budget:
-                _term, dropped = self._lists.popitem(last=False)
-                self._size -= len(dropped)
+            self._size = size + len(postings)
 
     def clear(self) -> None:
         with self._lock:
