@@ -756,7 +756,7 @@ class SearchIndex:
         """Documents in the index; also looks again whether the posting lists cover them
         (a query evaluator asks once per query) when the storage may have changed."""
         version = self.data.stored_version()  # before the reads: a later change shows
-        if version is not None and version == self._seen_version and self._seen_state:
+        if version is not None and version == self._seen_version and self._seen_state is not None:
             return self._seen_state[0]
         total = self.data.task_row_total(DOCS.name)
         built = self.data.task_rows(BUILT.name)

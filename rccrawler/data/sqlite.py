@@ -465,9 +465,11 @@ class SQLiteDataManager(SQLDataManager):
 
     def stored_version(self) -> object | None:
         # data_version changes with another connection's commits, total_changes with
-        # this one's: a few microseconds, where a count(*) scans a table.
-        with self._lock:
-            return self.db.execute("PRAGMA data_version").fetchone()[0], self.db.total_changes
+        # this one's: a few microseconds, where a count(*) scans a table. Read as every
+        # read is (a failure is a StateError); total_changes is a counter the connection
+        # keeps, not a query.
+        [(version,)] = self._read("PRAGMA data_version", ())
+        return version, self.db.total_changes
 
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self._lock:
