@@ -12,12 +12,19 @@ import pytest
 
 from plugins.search.content import Content, extract_content
 from plugins.search.index import (
+    _U32,
     FIELD_GAP,
+    _segments,
+    _unpack,
     build_document,
+    decode_positions,
     document_fields,
+    document_rows,
     field_words,
     indexed_text,
+    list_part,
 )
+from plugins.search.index import DOCS as DOCS_TABLE
 from plugins.search.processing import TextProcessor
 
 DOCS = Path("/usr/share/doc/python3.11/html")
@@ -92,3 +99,46 @@ def test_build_document_matches_the_per_word_loop_on_the_python_docs(max_words, 
             assert getattr(document, name) == expected[name], (url, name)
         compared += 1
     assert compared > 60
+
+
+def _posting_lists(rows: list[tuple[Any, ...]]) -> dict[str, dict[int, tuple[float, list[int]]]]:
+    """term → page → (weight, positions), decoded from posting-list rows."""
+    lists: dict[str, dict[int, tuple[float, list[int]]]] = defaultdict(dict)
+    for term, _batch, pages, weights, counts, positions in rows:
+        segments = _segments(positions, _unpack(_U32, counts))
+        for page, weight, segment in zip(
+            _unpack("q", pages), _unpack("d", weights), segments, strict=True
+        ):
+            lists[term][page] = (weight, decode_positions(segment))
+    return lists
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_the_posting_lists_hold_each_pages_own_postings_whatever_their_widths(parts):
+    """A page of over 65,536 positions packs them 4 bytes wide, the others 2: a list
+    of the batch holds every page's positions at the batch's width, each page's in its
+    place, with its weight, in page order; its parts split the terms, not a posting."""
+    processor = TextProcessor(language="english")
+    letters = "bcdfghjklmnpqrstvwxz"
+    filler = " ".join("q" + letters[n % 20] + letters[n // 20 % 20] for n in range(70_000))
+    contents = {
+        5: Content(url="http://h/5", title="Alpha beta", text="gamma alpha delta " * 40),
+        2: Content(url="http://h/2", title="Big", text=f"alpha {filler} gamma beta"),
+        9: Content(url="http://h/9", title="Gamma", headings=("beta",), text="alpha zeta"),
+    }
+    documents = {page: build_document(c, processor) for page, c in contents.items()}
+    assert max(decode_positions(documents[2].positions)) >= 0x10000  # the wide page
+    rows = sorted(
+        (page, *document_rows(d)[DOCS_TABLE.name][0][7:]) for page, d in documents.items()
+    )
+    derived: list[tuple[Any, ...]] = []
+    for part in range(parts):
+        derived += list_part(0, rows, part, parts)[0]
+    assert [row[0] for row in derived] == sorted({t for d in documents.values() for t in d.terms})
+    lists = _posting_lists(derived)
+    expected: dict[str, dict[int, tuple[float, list[int]]]] = defaultdict(dict)
+    for page, document in sorted(documents.items()):
+        for term, posting in document.postings.items():
+            expected[term][page] = (posting.weight, posting.positions)
+    assert lists == expected
+    assert all(list(pages) == sorted(pages) for pages in lists.values())

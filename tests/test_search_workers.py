@@ -4,6 +4,7 @@ the word splitter, each against what it replaces (same rows, same words)."""
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import random
 import signal
@@ -227,6 +228,43 @@ def test_a_worker_reads_the_next_page_while_it_sends_an_answer(site_settings):
             os.kill(worker.pid, signal.SIGKILL)  # so that the stuck send fails, and ends
         worker.close()
     assert [parsed.title for parsed, _rows in answers] == ["big 0", "big 1"]  # type: ignore[attr-defined]
+
+
+class _Unpicklable:
+    """Pickles, but raises where it is unpickled (ZeroDivisionError)."""
+
+    def __reduce__(self) -> tuple[object, tuple[int, int]]:
+        return operator.truediv, (1, 0)
+
+
+def test_a_request_the_worker_cannot_read_is_answered_with_an_error(site_settings):
+    """A request whose pickle fails to load in the worker still gets its answer, an
+    error (its caller does the work), and the worker reads on: it had stopped reading,
+    and its caller waited for ever."""
+    _cls, settings = load_settings(site_settings())
+    worker = IndexWorker(settings)
+    answers: list[object] = []
+
+    def calls() -> None:
+        worker.submit(len, _Unpicklable())
+        try:
+            worker.result()
+        except WorkerError as exc:
+            answers.append(str(exc))
+        answers.append(worker.call(len, "four"))
+
+    thread = threading.Thread(target=calls, daemon=True)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        thread.start()
+        thread.join(READY_WAIT)  # a bound, not a measure
+        assert not thread.is_alive(), "the worker never answered"
+    finally:
+        if thread.is_alive() and worker.pid is not None:
+            os.kill(worker.pid, signal.SIGKILL)
+        worker.close()
+    assert len(answers) == 2 and "ZeroDivisionError" in str(answers[0])
+    assert answers[1] == 4
 
 
 def test_a_closing_thread_reads_the_answers_to_the_pages_it_sent(site_settings):

@@ -16,6 +16,7 @@ failed or is gone leaves the work to the thread (the same rows).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import queue
@@ -50,6 +51,10 @@ READY = "ready"
 CLOSE_WAIT = 5.0
 """Seconds a closing worker gets to end before it is killed."""
 
+IMPORTED_WHEN_IDLE = ("numpy",)
+"""Modules a worker imports the first time it waits for work: the derivation of the
+posting lists needs them when the crawl is over, where their import would be waited for."""
+
 IndexRequest = tuple[str, str, bytes, str | None, dict[str, Any]]
 """(URL fetched, normalized URL, body, Content-Type, ``parse_html`` options)."""
 
@@ -73,6 +78,12 @@ def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows | None]:
     return parsed, page_rows(normalized_url, parsed, _Worker.processor, _Worker.caps)
 
 
+def _unreadable(what: str) -> NoReturn:
+    """The work of a request the worker could not read (it must answer every one, in
+    order: the caller waits for each answer)."""
+    raise WorkerError(f"the request could not be read: {what}")
+
+
 def serve(connection: Connection, settings: Settings) -> None:
     """A worker's life: (function, arguments) in, ("ok", result) or ("error", what)
     out, in the order they came, until None or the pipe closes."""
@@ -89,13 +100,20 @@ def serve(connection: Connection, settings: Settings) -> None:
                 request = connection.recv()
             except (EOFError, OSError):
                 request = None
+            except Exception as exc:  # its pickle does not load here: the answer says so
+                request = (_unreadable, (repr(exc),))
             requests.put(request)
             if request is None:
                 return
 
     threading.Thread(target=read, name="IndexWorker-requests", daemon=True).start()
     connection.send(READY)
-    while (request := requests.get()) is not None:
+    to_import = list(IMPORTED_WHEN_IDLE)
+    while True:
+        while to_import and requests.empty():  # idle: import what the lists will need
+            importlib.import_module(to_import.pop())
+        if (request := requests.get()) is None:
+            break
         function, arguments = request
         try:
             answer: tuple[str, object] = ("ok", function(*arguments))
