@@ -51,6 +51,10 @@ READY = "ready"
 CLOSE_WAIT = 5.0
 """Seconds a closing worker gets to end before it is killed."""
 
+WORKER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+"""A worker is one thread of work: numpy's BLAS starts no threads of its own (their
+start doubled the CPU time of its import, on a crawl that uses every core)."""
+
 IMPORTED_WHEN_IDLE = ("numpy",)
 """Modules a worker imports the first time it waits for work: the derivation of the
 posting lists needs them when the crawl is over, where their import would be waited for."""
@@ -170,7 +174,10 @@ class IndexWorker:
         try:
             command = _BOOT.format(path=sys.path, fd=child.fileno())
             self._process = subprocess.Popen(
-                [sys.executable, "-c", command], stdin=subprocess.DEVNULL, pass_fds=[child.fileno()]
+                [sys.executable, "-c", command],
+                stdin=subprocess.DEVNULL,
+                pass_fds=[child.fileno()],
+                env={**os.environ, **WORKER_ENVIRONMENT},
             )
             connection = Connection(parent.detach())
             connection.send(self._settings)
