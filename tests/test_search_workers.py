@@ -267,6 +267,32 @@ def test_a_request_the_worker_cannot_read_is_answered_with_an_error(site_setting
     assert answers[1] == 4
 
 
+UNLOADABLE = "type('Bad', (), {'__reduce__': lambda s: (__import__('operator').truediv, (1, 0))})()"
+"""Evaluated in a worker: an answer that pickles there and raises where it is loaded."""
+
+
+def test_an_answer_that_cannot_be_read_lets_the_worker_go(site_settings):
+    """An answer that does not load leaves the stream in the middle of nowhere: the
+    caller gets a WorkerError for it and for what it sent after (not bytes of an answer
+    read as the next one), and the worker process ends."""
+    _cls, settings = load_settings(site_settings())
+    worker = IndexWorker(settings)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        worker.submit(eval, UNLOADABLE)
+        worker.submit(len, "four")
+        with pytest.raises(WorkerError, match="ZeroDivisionError"):
+            worker.result()
+        assert not worker.ready()
+        with pytest.raises(WorkerError):
+            worker.result()
+        with pytest.raises(WorkerError):
+            worker.call(len, "four")
+    finally:
+        worker.close()
+    assert worker.pid is not None and not _alive(worker.pid)
+
+
 def test_a_closing_thread_reads_the_answers_to_the_pages_it_sent(site_settings):
     """A stop that could not wait for them ends a parsing thread with pages still at its
     worker: their answers are read and dropped, so the worker's next answer (a part of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -98,14 +99,8 @@ class IndexingParsingThread(ParsingThread):
         worker = self.worker
         while self._sent and worker is not None:
             self._sent.popleft()
-            try:
+            with contextlib.suppress(WorkerError):  # failed there, or gone: let go
                 worker.result()
-            except WorkerError:
-                pass
-            except Exception as exc:  # an answer that cannot be read: nor can the next
-                logger.debug("an index worker's answer was unreadable (%r): closed", exc)
-                worker.stop()
-                self._sent.clear()
         super().close()
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:

@@ -222,6 +222,9 @@ class IndexWorker:
             status, answer = self._connection.recv()
         except (EOFError, OSError) as exc:
             self._gone(exc)
+        except Exception as exc:  # an answer that does not load here: nor would the next
+            self.stop()  # (read from the middle of the stream): the worker is let go
+            self._gone(exc)
         if status != "ok":
             raise WorkerError(answer)
         self.answered += 1
