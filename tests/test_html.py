@@ -453,6 +453,21 @@ def test_full_fields(parser: str) -> None:
     assert page.links == ("http://a.test/l",)
 
 
+NESTED_HIDDEN = (
+    "<body><p>one</p><noscript><script>s1</script><style>s2</style><h2>ns</h2></noscript>"
+    "<template><script>s3</script><noscript>s4</noscript><h3>tp</h3></template>"
+    "<div><style>s5<script>s6</script></style>two</div><script>s7</script>"
+    "<h2>head <script>s8</script></h2>three</body>"
+)
+"""Hidden elements inside hidden elements: each is removed before the one holding it."""
+
+
+def test_text_inside_nested_hidden_elements_is_left_out(parser: str) -> None:
+    page = parse_html(NESTED_HIDDEN.encode(), PAGE, parser=parser, full=True)
+    assert page.text == "one two head three"
+    assert page.headings == ("head",)
+
+
 def test_fast_path_fills_only_links_base_and_robots(parser: str) -> None:
     page = parse_html(FULL_DOC.encode(), PAGE, parser=parser)
     assert page == ParsedPage(

@@ -563,8 +563,9 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
 _LINKS_WALK = "a[href], base[href], meta[name], svg, math"
 """What one walk of the tree finds for the link graph (``svg, math``: whether any
 node may be foreign)."""
-_FULL_WALK = _LINKS_WALK + ", title"
-"""The same for a full parse, with the title."""
+_FULL_WALK = ", ".join((_LINKS_WALK, "title", *_SKIPPED_TEXT_TAGS))
+"""The same for a full parse, with the title and the elements whose text is not the
+page's (a walk of their own for each took an eighth of a full parse)."""
 
 
 def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
@@ -572,6 +573,9 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
     # One walk of the tree finds what the link graph needs (each css() call is a walk:
     # four of them were a sixth of the parsing threads' time on big pages, issue 14).
     by_tag: dict[str, list[LexborNode]] = {"a": [], "base": [], "meta": [], "title": []}
+    skipped: list[LexborNode] = []
+    """Elements whose text is left out, in document order (an ancestor first)."""
+    by_tag.update(dict.fromkeys(_SKIPPED_TEXT_TAGS, skipped))
     foreign = False
     for node in tree.css(_FULL_WALK if full else _LINKS_WALK):
         tag = node.tag or ""
@@ -608,8 +612,10 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
 
     title = next(iter(html_only("title", by_tag["title"])), None)
     title_text = title.text(deep=True) if title else ""
-    # Decomposing is cheaper than walking the tree in Python to skip these subtrees.
-    tree.strip_tags(list(_SKIPPED_TEXT_TAGS))
+    # Decomposing is cheaper than walking the tree in Python to skip these subtrees. The
+    # last first: an element inside another is gone before its ancestor frees it.
+    for node in reversed(skipped):
+        node.decompose()
     headings = [node.text(deep=True, separator=" ") for node in tree.css(",".join(_HEADINGS))]
     body = tree.body
     body_text = body.text(deep=True, separator=" ") if body is not None else ""
