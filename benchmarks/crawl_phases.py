@@ -23,18 +23,26 @@ import plugins.search.manager as search_manager
 from rccrawler.commands.main import main as rccrawler_main
 from rccrawler.manager import ApplicationManager
 
-STARTED = time.monotonic()
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def stat_fields(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` from the third (state) on ([] once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def cpu_seconds(pid: int | str) -> float:
     """User + system seconds of a process so far (-1 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return -1.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / TICKS if fields else -1.0
+
+
+STARTED = int(stat_fields("self")[19]) / TICKS
+"""When this process started, in seconds since boot: the imports count as start-up."""
 
 
 def children() -> list[str]:
@@ -51,7 +59,7 @@ def children() -> list[str]:
 def mark(what: str) -> None:
     others = " ".join(f"{pid}:{cpu_seconds(pid):.2f}" for pid in children())
     # One write a line: two threads mark at once (the lists and the graph files).
-    sys.stderr.write(f"{time.monotonic() - STARTED:7.3f} s  crawl "
+    sys.stderr.write(f"{time.clock_gettime(time.CLOCK_BOOTTIME) - STARTED:7.3f} s  crawl "
                      f"{cpu_seconds(os.getpid()):.2f} CPU s  {others}  {what}\n")  # fmt: skip
     sys.stderr.flush()
 
