@@ -21,6 +21,7 @@ from plugins.search import SearchManager
 from plugins.search.content import html_content
 from plugins.search.index import (
     DOCS,
+    LIST_COLUMNS,
     LISTS,
     TABLES,
     VOCABULARY,
@@ -172,10 +173,10 @@ def test_the_lists_derived_in_parts_are_the_lists_derived_at_once(site_settings)
         for worker in pool.prestart(2):
             pool.take()
             assert worker.ready(wait=READY_WAIT)
-        assert derived(map_parts=pool.map_parts, parts=2) == at_once
+        assert derived(map_calls=pool.map_calls, parts=2) == at_once
     finally:
         pool.close()
-    assert pool.answered == 2
+    assert pool.answered == 4  # two parts of the lists, two of the vocabulary
 
 
 def test_a_worker_parses_and_indexes_a_page_as_the_thread_does(site_settings):
@@ -321,8 +322,7 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
     _cls, settings = load_settings(config)
     assert SearchManager(settings).run()
     with open_storage(settings, task_tables=SearchManager.tables_for(settings)) as data:
-        columns = ("page_id", "terms", "weights", "counts", "positions", "words", "word_terms")
-        rows = sorted(data.task_rows(DOCS.name, columns=columns))
+        rows = sorted(data.task_rows(DOCS.name, columns=LIST_COLUMNS))
     pool = WorkerPool(settings)
     try:
         workers = pool.prestart(2)
@@ -334,8 +334,8 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(WorkerError):
             workers[0].call(list_part, 0, rows)
-        arguments = [(0, rows, part, 2) for part in range(2)]
-        assert list(pool.map_parts(list_part, arguments)) == [list_part(*a) for a in arguments]
+        calls = [(list_part, (0, rows, part, 2)) for part in range(2)]
+        assert list(pool.map_calls(calls)) == [list_part(*a) for _, a in calls]
         assert not workers[0].ready()
     finally:
         pool.close()
@@ -390,3 +390,27 @@ def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
     assert resumed.returncode == 0, resumed.stderr
     assert _stored(config)["docs"] == _stored(reference)["docs"]
     assert _stored(config)["vocabulary"] == _stored(reference)["vocabulary"]
+
+
+def test_a_worker_computes_its_next_call_while_its_answer_waits_to_be_taken(
+    site_settings, tmp_path
+):
+    """map_calls sends each worker its next call with the one before, not once that
+    one's answer is taken: while the caller stores the first answer, the worker whose
+    answer comes second goes on to its next call."""
+    _cls, settings = load_settings(site_settings())
+    pool = WorkerPool(settings)
+    try:
+        for worker in pool.prestart(2):
+            pool.take()
+            assert worker.ready(wait=READY_WAIT)
+        marks = [tmp_path / name for name in "abcd"]  # a, c to one worker; b, d to the other
+        answers = pool.map_calls([(Path.touch, (mark,)) for mark in marks])
+        assert next(answers) is None
+        # b's answer is not taken yet: its worker has d all the same.
+        assert wait_until(marks[3].exists, READY_WAIT)
+        assert list(answers) == [None] * 3
+        assert all(mark.exists() for mark in marks)
+    finally:
+        pool.close()
+    assert pool.answered == 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +110,30 @@ def test_a_state_whose_task_tables_have_other_columns_is_refused(storage, tmp_pa
     message = r"t_pages with columns \(page_id, word\).*--fresh"
     with pytest.raises(StateError, match=message), _opened(storage, tmp_path, (newer,), schema):
         pass
+
+
+WIDE = TaskTable(
+    "t_wide", (("term", "text"), ("blob", "bytes")), key=("term",), per_page=False,
+    large_rows=True,
+)  # fmt: skip
+
+
+@pytest.mark.both_backends
+def test_a_table_of_large_rows_keeps_its_key_unique_and_its_rows_whole(storage, tmp_path):
+    """On SQLite it is a rowid table (a WITHOUT ROWID one spills large rows into
+    overflow pages of its key's B-tree); the key stays a unique key either way."""
+    blobs = [bytes([n]) * (20_000 * n) for n in range(1, 4)]  # many pages each
+    with _opened(storage, tmp_path, (DERIVED, WIDE), _schema()) as data:
+        data.check_identity("tests.Manager")
+        data.add_task_rows("t_wide", [(f"term{n}", blob) for n, blob in enumerate(blobs)])
+        assert sorted(data.task_rows("t_wide")) == [(f"term{n}", b) for n, b in enumerate(blobs)]
+        with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+            data.add_task_rows("t_wide", [("term1", b"again")])
+        assert data.task_rows("t_wide", columns=("blob",), equals={"term": "term1"}) == [
+            (blobs[1],)
+        ]
+    if storage == "sqlite":
+        with contextlib.closing(sqlite3.connect(tmp_path / "crawl.sqlite3")) as db:
+            created = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        assert "WITHOUT ROWID" not in created["t_wide"]
+        assert "WITHOUT ROWID" in created["t_derived"]

@@ -99,7 +99,7 @@ class SearchManager(WebGraphManager):
 
         def derive() -> None:
             try:
-                build_lists(self.data, map_parts=workers.map_parts, parts=workers.size)
+                build_lists(self.data, map_calls=workers.map_calls, parts=workers.size)
             except BaseException as exc:
                 failed.append(exc)
 

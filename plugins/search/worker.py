@@ -55,6 +55,9 @@ WORKER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 """A worker is one thread of work: numpy's BLAS starts no threads of its own (their
 start doubled the CPU time of its import, on a crawl that uses every core)."""
 
+CALLS_AHEAD = 2
+"""Calls sent to a worker ahead of their answers by :meth:`WorkerPool.map_calls`."""
+
 IMPORTED_WHEN_IDLE = ("numpy",)
 """Modules a worker imports the first time it waits for work: the derivation of the
 posting lists needs them when the crawl is over, where their import would be waited for."""
@@ -310,13 +313,14 @@ class WorkerPool:
             self._workers.append(worker)
         return worker
 
-    def map_parts(
-        self, function: Callable[..., T], arguments: Sequence[tuple[Any, ...]]
-    ) -> Iterator[T]:
-        """``function(*a)`` for each ``a`` of ``arguments``, in order, computed by the
-        workers that are up, each given the next part as soon as its answer is taken
-        (so the caller stores one part while the workers compute the next ones); a
-        part no worker can do is done in this thread."""
+    def map_calls(self, calls: Sequence[tuple[Callable[..., T], tuple[Any, ...]]]) -> Iterator[T]:
+        """``function(*arguments)`` of each call, in order, computed by the workers that
+        are up; a call no worker can do is done in this thread.
+
+        Each worker holds :data:`CALLS_AHEAD` calls: while the caller stores one answer,
+        the worker that sent it computes its next call, and so does a worker whose
+        answer waits to be taken (given its next call only once its answer was taken,
+        it stood idle while the caller stored the answer before)."""
         with self._lock:
             workers = [worker for worker in self._workers if worker.ready()]
         computing: dict[int, IndexWorker] = {}
@@ -324,28 +328,30 @@ class WorkerPool:
 
         def send_next(worker: IndexWorker) -> None:
             nonlocal sent
-            if sent < len(arguments):
+            if sent < len(calls):
+                function, arguments = calls[sent]
                 try:
-                    worker.submit(function, *arguments[sent])
+                    worker.submit(function, *arguments)
                     computing[sent] = worker
                 except WorkerError:
-                    pass  # this part is done in the thread when its turn comes
+                    pass  # this call is done in the thread when its turn comes
                 sent += 1
 
-        for worker in workers:
-            send_next(worker)
-        for index, part in enumerate(arguments):
+        for _ in range(CALLS_AHEAD):
+            for worker in workers:
+                send_next(worker)
+        for index, (function, arguments) in enumerate(calls):
             doing = computing.pop(index, None)
             if doing is not None:
                 try:
                     result: T = doing.result()
                 except WorkerError as exc:
-                    logger.debug("a worker failed on a part of %s: %s", function.__name__, exc)
+                    logger.debug("a worker failed on %s: %s", function.__name__, exc)
                 else:
                     send_next(doing)
                     yield result
                     continue
-            yield function(*part)
+            yield function(*arguments)
 
     @property
     def size(self) -> int:

@@ -401,7 +401,7 @@ class SQLDataManager(DataManager):
         key = ", ".join(table.key)
         text = (
             f"CREATE TABLE IF NOT EXISTS {table.name} ({columns}, PRIMARY KEY ({key}))"
-            f"{self.types['without_rowid']};\n"
+            f"{'' if table.large_rows else self.types['without_rowid']};\n"
         )
         return text + self._task_index_sql(table)
 

@@ -49,6 +49,11 @@ class TaskTable:
             the table is created, so a saved crawl keeps its own.
         per_page: False for a table of derived rows, with no ``page_id`` column (its
             ``key`` must then be given); a page's parse never writes it.
+        large_rows: its rows may hold kilobytes (a page's text, packed lists). SQLite
+            then keeps it as a rowid table, its key in an index beside it: a WITHOUT
+            ROWID table keeps each row in its key's B-tree, where a row over about a
+            twentieth of a page spills into overflow pages (SQLite's own advice), and
+            the search task's lists were stored a third slower that way.
     """
 
     name: str
@@ -58,6 +63,7 @@ class TaskTable:
     partition_by: str | None = None
     partitions: int | None = None
     per_page: bool = True
+    large_rows: bool = False
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.all_columns]
