@@ -576,21 +576,24 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
     skipped: list[LexborNode] = []
     """Elements whose text is left out, in document order (an ancestor first)."""
     by_tag.update(dict.fromkeys(_SKIPPED_TEXT_TAGS, skipped))
-    foreign = False
+    foreign_roots: list[LexborNode] = []
+    """The <svg> and <math> elements: only nodes inside them can be foreign."""
     for node in tree.css(_FULL_WALK if full else _LINKS_WALK):
         tag = node.tag or ""
         if tag in by_tag:
             by_tag[tag].append(node)
         else:
-            # Only nodes under an <svg>/<math> can be foreign, and most pages have none.
-            foreign = True
+            foreign_roots.append(node)
     memo: dict[int, str] = {}
 
-    def html_only(selector: str, nodes: list[LexborNode] | None = None) -> list[LexborNode]:
-        nodes = tree.css(selector) if nodes is None else nodes
-        if not foreign:
+    def html_only(selector: str, nodes: list[LexborNode]) -> list[LexborNode]:
+        if not foreign_roots:  # most pages
             return nodes
-        suspects = {node.mem_id for node in tree.css(f"svg {selector}, math {selector}")}
+        # The subtrees of the <svg>/<math> elements are walked, not the whole tree
+        # again for each selector: many sites have an <svg> icon on every page.
+        suspects = {node.mem_id for root in foreign_roots for node in root.css(selector)}
+        if not suspects:
+            return nodes
         return [
             node
             for node in nodes
