@@ -59,8 +59,9 @@ CALLS_AHEAD = 2
 """Calls sent to a worker ahead of their answers by :meth:`WorkerPool.map_calls`."""
 
 IMPORTED_WHEN_IDLE = ("numpy",)
-"""Modules a worker imports the first time it waits for work: the derivation of the
-posting lists needs them when the crawl is over, where their import would be waited for."""
+"""Modules a worker imports the first time it waits for work, so that neither its first
+page (a page's positions are sorted in numpy) nor the posting lists at the crawl's end
+wait for the import."""
 
 IndexRequest = tuple[str, str, bytes, str | None, dict[str, Any]]
 """(URL fetched, normalized URL, body, Content-Type, ``parse_html`` options)."""
