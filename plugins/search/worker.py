@@ -6,7 +6,7 @@ Each parsing thread of the search task hands its pages to a worker process of it
 which parses the page (the links the crawl needs, and the text) and builds its index
 row; the thread waits for the answer without holding the GIL, so the crawl goes on
 meanwhile, and keeps the next page in the pipe, so the worker goes on too. When the
-crawl is over, the workers derive the posting lists, a part each.
+crawl is over, the workers derive the posting lists and the vocabulary, in parts.
 
 Nothing is stored by a worker: the thread stores the page's links and row together, as
 before, so a killed crawl loses no finished page. A worker that is not up yet, has

@@ -50,10 +50,11 @@ class TaskTable:
         per_page: False for a table of derived rows, with no ``page_id`` column (its
             ``key`` must then be given); a page's parse never writes it.
         large_rows: its rows may hold kilobytes (a page's text, packed lists). SQLite
-            then keeps it as a rowid table, its key in an index beside it: a WITHOUT
-            ROWID table keeps each row in its key's B-tree, where a row over about a
-            twentieth of a page spills into overflow pages (SQLite's own advice), and
-            the search task's lists were stored a third slower that way.
+            then keeps it as a rowid table (its key in an index beside it, or the rowid
+            itself for ``page_id`` alone): a WITHOUT ROWID table keeps each row in its
+            key's B-tree, where a row over about a twentieth of a page spills into
+            overflow pages (SQLite's own advice), and the search task's lists were
+            stored a third slower that way.
     """
 
     name: str
