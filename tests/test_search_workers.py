@@ -4,6 +4,7 @@ the word splitter, each against what it replaces (same rows, same words)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import operator
 import os
 import random
@@ -102,17 +103,21 @@ def _stored(config: Path) -> dict[str, list[tuple[object, ...]]]:
     }
 
 
-def test_a_crawl_indexed_by_workers_stores_what_its_threads_would(site_settings):
+@pytest.mark.parametrize("fork", [False, True], ids=["interpreter", "fork"])
+def test_a_crawl_indexed_by_workers_stores_what_its_threads_would(site_settings, fork):
     """The same crawl with its pages indexed in worker processes (started and up
-    before it begins) and with ``search.workers: false``: the same rows, and the
-    workers did the pages and the lists."""
+    before it begins, as fresh interpreters or as forks of the crawl) and with
+    ``search.workers: false``: the same rows, and the workers did the pages and the
+    lists."""
     by_threads = site_settings(workers=False)
     _cls, settings = load_settings(by_threads)
     assert SearchManager(settings).run()
     by_workers = site_settings()
     _cls, settings = load_settings(by_workers)
     manager = SearchManager(settings)
+    manager.workers.fork = fork
     for worker in manager.workers.prestart(settings.parsing_threads):
+        assert worker.forked is fork
         assert worker.ready(wait=READY_WAIT)
     assert manager.run()
     assert manager.workers.answered >= 150  # every page (and the parts of the lists)
@@ -179,11 +184,12 @@ def test_the_lists_derived_in_parts_are_the_lists_derived_at_once(site_settings)
     assert pool.answered == 4  # two parts of the lists, two of the vocabulary
 
 
-def test_a_worker_parses_and_indexes_a_page_as_the_thread_does(site_settings):
+@pytest.mark.parametrize("fork", [False, True], ids=["interpreter", "fork"])
+def test_a_worker_parses_and_indexes_a_page_as_the_thread_does(site_settings, fork):
     _cls, settings = load_settings(site_settings())
     processor, caps = text_processor(settings), index_caps(settings)
     site = GeneratedSite(HOST, 30)
-    worker = IndexWorker(settings)
+    worker = IndexWorker(settings, fork=fork)
     try:
         assert worker.ready(wait=READY_WAIT)
         for i in range(30):
@@ -340,6 +346,55 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
     finally:
         pool.close()
     assert pool.answered == 2  # both parts, by the live worker, one after the other
+
+
+def _open_files(pid: int) -> dict[int, str]:
+    """File descriptor → what it is open on, of a live process (Linux)."""
+    found: dict[int, str] = {}
+    for link in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            found[int(link.name)] = os.readlink(link)
+    return found
+
+
+def test_a_forked_worker_holds_none_of_the_crawl_s_files(site_settings, tmp_path):
+    """A fork gets a copy of every file the crawl has open, its state's lock among them:
+    the worker closes them all but its socket, so the lock goes with a killed crawl
+    (a resume is not refused while the workers end), and the crawl reaps it."""
+    _cls, settings = load_settings(site_settings())
+    lock = (tmp_path / "lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    worker = IndexWorker(settings, fork=True)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        assert worker.pid is not None and _alive(worker.pid)
+        held = _open_files(worker.pid)
+        assert str(tmp_path / "lock") not in held.values()
+        assert [fd for fd in held if fd > 2] == [fd for fd, what in held.items() if
+                                                 what.startswith("socket:")]  # fmt: skip
+        lock.close()  # the crawl is gone, its worker is not
+        again = (tmp_path / "lock").open("w")
+        fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if it held it
+        again.close()
+        assert worker.call(len, "four") == 4
+    finally:
+        lock.close()
+        worker.close()
+    assert not Path(f"/proc/{worker.pid}").exists()  # reaped: not even a zombie is left
+
+
+def test_workers_are_forks_only_of_a_process_with_one_thread():
+    """A fork copies the locks other threads hold, locked: a process with a second
+    thread starts fresh interpreters (a crawl from the command line forks: its threads
+    start after its workers)."""
+    program = (
+        "import threading; from plugins.search.worker import can_fork; alone = can_fork();"
+        " event = threading.Event(); thread = threading.Thread(target=event.wait);"
+        " thread.start(); print(alone, can_fork()); event.set()"
+    )
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
+    assert out.stdout.split() == ["True", "False"]
 
 
 def _children(pid: int) -> set[int]:

@@ -11,15 +11,23 @@ crawl is over, the workers derive the posting lists and the vocabulary, in parts
 Nothing is stored by a worker: the thread stores the page's links and row together, as
 before, so a killed crawl loses no finished page. A worker that is not up yet, has
 failed or is gone leaves the work to the thread (the same rows).
+
+A worker is a fork of the crawl's process when that is safe (on Linux, from a process
+with one thread: a crawl run from the command line starts its workers before its
+threads), so it starts with the crawl's imports done; otherwise it is a fresh
+interpreter that imports them itself (0.2 CPU s, and numpy's 0.15, for each worker, on
+the cores the crawl needs).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -133,6 +141,64 @@ def serve(connection: Connection, settings: Settings) -> None:
             return
 
 
+def can_fork() -> bool:
+    """Whether a worker may be a fork of this process: Linux (a pidfd lets the crawl
+    wait for a child it did not start through ``subprocess``), and no thread but this
+    one (a fork copies a lock another thread holds, locked for ever)."""
+    return hasattr(os, "pidfd_open") and threading.active_count() == 1
+
+
+def _forked_worker(fd: int, settings: Settings) -> NoReturn:
+    """The life of a forked worker: it never returns into the crawl's code it was
+    copied from (its frames, files and handlers are the crawl's)."""
+    try:
+        # The crawl's objects are never collected here: a finalizer would close a file
+        # descriptor that this process may have reused by then.
+        gc.freeze()
+        # The crawl's files (its state's lock, its database, its sockets) are not this
+        # process's to hold: a killed crawl's lock must go with it.
+        os.closerange(3, fd)
+        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)  # the crawl's handlers would stop it
+        serve(Connection(fd), settings)
+    except BaseException:  # nothing of the crawl's may run here: say why, and end
+        with contextlib.suppress(Exception):
+            import traceback
+
+            traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+class _ForkedProcess:
+    """The part of ``subprocess.Popen`` that :class:`IndexWorker` uses, for a forked
+    child: waited for through a pidfd (``Popen`` cannot adopt a child)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._pidfd], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(f"index worker {self.pid}", timeout or 0)
+            try:
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # reaped by someone else: gone all the same
+                self.returncode = -1
+            os.close(self._pidfd)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:  # not reaped yet: the pid is still this child's
+            os.kill(self.pid, signal.SIGKILL)
+
+
 def main(fd: int) -> None:
     """The worker process (``python -c`` of :data:`_BOOT`): its end of the socket pair
     is ``fd``, and the settings are the first thing it reads."""
@@ -154,38 +220,41 @@ crawl's main module, which a ``multiprocessing`` child would import again)."""
 class IndexWorker:
     """One worker process, used by one thread at a time.
 
-    It is a fresh interpreter, started from a helper thread: until it has read its
-    settings and imported what it needs, :meth:`call` raises WorkerError at once (the
-    caller does the work), so the crawl never waits for it.
+    It is a fork of this process, up at once, when :func:`can_fork` says so. Else it is
+    a fresh interpreter, started from a helper thread: until it has read its settings
+    and imported what it needs, :meth:`call` raises WorkerError at once (the caller
+    does the work), so the crawl never waits for it.
 
     Args:
         settings: the crawl's settings (the worker reads the ``search:`` section).
+        fork: a fork (True) or a fresh interpreter (False); None: a fork if
+            :func:`can_fork`.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, fork: bool | None = None) -> None:
         self._settings = settings
         self._connection: Connection | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | _ForkedProcess | None = None
         self._ready = False
         self._failed = False
         self.answered = 0
         """Pieces of work this worker did."""
-        self._starting = threading.Thread(target=self._start, name="IndexWorker-start", daemon=True)
-        self._starting.start()
+        self.forked = can_fork() if fork is None else fork
+        """Whether the worker is a fork of this process."""
+        self._starting: threading.Thread | None = None
+        if self.forked:  # in this thread: with a helper, it would not be the only one
+            self._launch(self._fork)
+        else:
+            self._starting = threading.Thread(
+                target=self._launch, args=(self._spawn,), name="IndexWorker-start", daemon=True
+            )
+            self._starting.start()
 
-    def _start(self) -> None:
+    def _launch(self, start: Callable[[socket.socket, socket.socket], Connection]) -> None:
+        """Start the process by ``start(our end, its end)``, which returns our connection."""
         parent, child = socket.socketpair()
         try:
-            command = _BOOT.format(path=sys.path, fd=child.fileno())
-            self._process = subprocess.Popen(
-                [sys.executable, "-c", command],
-                stdin=subprocess.DEVNULL,
-                pass_fds=[child.fileno()],
-                env={**os.environ, **WORKER_ENVIRONMENT},
-            )
-            connection = Connection(parent.detach())
-            connection.send(self._settings)
-            self._connection = connection
+            self._connection = start(parent, child)
         except Exception as exc:  # no worker: the threads index, as without one
             logger.warning("no index worker process (%s): indexing in the crawl's threads", exc)
             self._failed = True
@@ -193,11 +262,39 @@ class IndexWorker:
         finally:
             child.close()
 
+    def _fork(self, parent: socket.socket, child: socket.socket) -> Connection:
+        if not all(map(sys.modules.__contains__, IMPORTED_WHEN_IDLE)):
+            # Imported once here rather than in every worker, and as a worker would: a
+            # crawl's process needs no BLAS threads either (nor a fork their locks).
+            for name, value in WORKER_ENVIRONMENT.items():
+                os.environ.setdefault(name, value)
+            for module in IMPORTED_WHEN_IDLE:
+                importlib.import_module(module)
+        pid = os.fork()
+        if pid == 0:
+            parent.close()
+            _forked_worker(child.detach(), self._settings)
+        self._process = _ForkedProcess(pid)
+        return Connection(parent.detach())
+
+    def _spawn(self, parent: socket.socket, child: socket.socket) -> Connection:
+        command = _BOOT.format(path=sys.path, fd=child.fileno())
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", command],
+            stdin=subprocess.DEVNULL,
+            pass_fds=[child.fileno()],
+            env={**os.environ, **WORKER_ENVIRONMENT},
+        )
+        connection = Connection(parent.detach())
+        connection.send(self._settings)
+        return connection
+
     def ready(self, wait: float = 0.0) -> bool:
         """Whether the worker takes work now, waiting up to ``wait`` seconds for it."""
         if self._ready or self._failed:
             return self._ready
-        self._starting.join(wait)
+        if self._starting is not None:
+            self._starting.join(wait)
         connection = self._connection
         if connection is None:
             return False
@@ -247,7 +344,8 @@ class IndexWorker:
 
     def stop(self) -> None:
         """Ask the worker to end, without waiting for it (:meth:`close` waits)."""
-        self._starting.join()
+        if self._starting is not None:
+            self._starting.join()
         connection, process = self._connection, self._process
         if connection is None or connection.closed:
             return
@@ -284,22 +382,29 @@ class WorkerPool:
     Args:
         settings: the crawl's settings.
         enabled: False (``search.workers: false``) starts none: the threads do it all.
+        fork: how the workers start (see :class:`IndexWorker`).
     """
 
-    def __init__(self, settings: Settings, *, enabled: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, *, enabled: bool = True, fork: bool | None = None
+    ) -> None:
         self.settings = settings
         self.enabled = enabled
+        self.fork = fork
         self._workers: list[IndexWorker] = []
         self._spare: list[IndexWorker] = []
         self._lock = threading.Lock()
         self.answered = 0
         """Pieces of work the closed workers did (pages, parts of the lists)."""
 
+    def _new_worker(self) -> IndexWorker:
+        return IndexWorker(self.settings, fork=self.fork)
+
     def prestart(self, count: int) -> list[IndexWorker]:
         """Start ``count`` workers now, for the next :meth:`take` calls."""
         if not self.enabled:
             return []
-        started = [IndexWorker(self.settings) for _ in range(count)]
+        started = [self._new_worker() for _ in range(count)]
         with self._lock:
             self._spare += started
         return started
@@ -310,7 +415,7 @@ class WorkerPool:
         if not self.enabled:
             return None
         with self._lock:
-            worker = self._spare.pop(0) if self._spare else IndexWorker(self.settings)
+            worker = self._spare.pop(0) if self._spare else self._new_worker()
             self._workers.append(worker)
         return worker
 
