@@ -348,6 +348,26 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
     assert pool.answered == 2  # both parts, by the live worker, one after the other
 
 
+@pytest.mark.parametrize("fork", [False, True], ids=["interpreter", "fork"])
+def test_a_worker_goes_on_while_its_large_answer_waits_to_be_read(site_settings, tmp_path, fork):
+    """A page's answer can be hundreds of kB: the worker's socket holds it unread, so the
+    worker goes on to the next page meanwhile instead of waiting in its send."""
+    _cls, settings = load_settings(site_settings())
+    worker = IndexWorker(settings, fork=fork)
+    mark = tmp_path / "next"
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        # Over the 233 kB a socket holds by default; under the 430 kB it holds where the
+        # kernel caps the buffer asked for at Linux's default maximum.
+        worker.submit(os.urandom, 350_000)
+        worker.submit(Path.touch, mark)
+        assert wait_until(mark.exists, READY_WAIT)  # before the first answer is read
+        assert len(worker.result()) == 350_000
+        assert worker.result() is None
+    finally:
+        worker.close()
+
+
 def _open_files(pid: int) -> dict[int, str]:
     """File descriptor → what it is open on, of a live process (Linux)."""
     found: dict[int, str] = {}
