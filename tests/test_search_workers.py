@@ -274,6 +274,20 @@ def test_a_request_the_worker_cannot_read_is_answered_with_an_error(site_setting
     assert answers[1] == 4
 
 
+def test_an_answer_that_does_not_pickle_is_answered_with_an_error(site_settings):
+    """Work whose result cannot be pickled (a module, here) gets an error for an answer,
+    and the worker goes on: it had died of it, and its caller lost it."""
+    _cls, settings = load_settings(site_settings())
+    worker = IndexWorker(settings)
+    try:
+        assert worker.ready(wait=READY_WAIT)
+        with pytest.raises(WorkerError, match="could not be sent"):
+            worker.call(__import__, "os")
+        assert worker.call(len, "four") == 4
+    finally:
+        worker.close()
+
+
 UNLOADABLE = "type('Bad', (), {'__reduce__': lambda s: (__import__('operator').truediv, (1, 0))})()"
 """Evaluated in a worker: an answer that pickles there and raises where it is loaded."""
 

@@ -143,7 +143,12 @@ def serve(connection: Connection, settings: Settings) -> None:
         except Exception as exc:  # the caller does the work itself, and sees the error
             answer = ("error", repr(exc))
         try:
-            connection.send(answer)
+            try:
+                connection.send(answer)
+            except OSError:
+                raise
+            except Exception as exc:  # it does not pickle (nothing was sent): say so
+                connection.send(("error", f"the answer could not be sent: {exc!r}"))
         except OSError:  # the crawl is gone (killed): so is its work
             return
 
