@@ -468,6 +468,22 @@ def test_text_inside_nested_hidden_elements_is_left_out(parser: str) -> None:
     assert page.headings == ("head",)
 
 
+NESTED_FOREIGN_HIDDEN = (
+    "<body><p>one</p><svg><script><style>s1</style><text>s2</text></script>"
+    "<style><script>s3</script>s4</style><g><script>s5<script>s6</script></script></g></svg>"
+    "two<noscript><style>s7</style></noscript>"
+    "<h2>head <svg><script><style>s8</style></script></svg></h2>three</body>"
+)
+"""In SVG a <script> or <style> holds markup: hidden elements inside them, nested in
+turn, whichever kind comes first (lexbor finds them by name, a list for each kind)."""
+
+
+def test_text_inside_hidden_elements_of_svg_is_left_out(parser: str) -> None:
+    page = parse_html(NESTED_FOREIGN_HIDDEN.encode(), PAGE, parser=parser, full=True)
+    assert page.text == "one two head three"
+    assert page.headings == ("head",)
+
+
 def test_fast_path_fills_only_links_base_and_robots(parser: str) -> None:
     page = parse_html(FULL_DOC.encode(), PAGE, parser=parser)
     assert page == ParsedPage(
