@@ -15,8 +15,8 @@ failed or is gone leaves the work to the thread (the same rows).
 A worker is a fork of the crawl's process when that is safe (on Linux, from a process
 with one thread: a crawl run from the command line starts its workers before its
 threads), so it starts with the crawl's imports done; otherwise it is a fresh
-interpreter that imports them itself (0.2 CPU s, and numpy's 0.15, for each worker, on
-the cores the crawl needs).
+interpreter that imports them itself (0.22 to 0.31 CPU s for each worker, numpy
+included, on the cores the crawl needs).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ its time in its send, until the thread read the answer before."""
 IMPORTED_WHEN_IDLE = ("numpy",)
 """Modules a worker imports the first time it waits for work, so that neither its first
 page (a page's positions are sorted in numpy) nor the posting lists at the crawl's end
-wait for the import."""
+wait for the import (a forked worker has them already: the crawl imports them once,
+before its first fork)."""
 
 IndexRequest = tuple[str, str, bytes, str | None, dict[str, Any]]
 """(URL fetched, normalized URL, body, Content-Type, ``parse_html`` options)."""
@@ -143,14 +144,12 @@ def serve(connection: Connection, settings: Settings) -> None:
         except Exception as exc:  # the caller does the work itself, and sees the error
             answer = ("error", repr(exc))
         try:
-            try:
-                connection.send(answer)
-            except OSError:
-                raise
-            except Exception as exc:  # it does not pickle (nothing was sent): say so
-                connection.send(("error", f"the answer could not be sent: {exc!r}"))
+            connection.send(answer)
         except OSError:  # the crawl is gone (killed): so is its work
             return
+        except Exception as exc:  # it does not pickle (nothing was sent): say so
+            with contextlib.suppress(OSError):  # gone: the next request read is None
+                connection.send(("error", f"the answer could not be sent: {exc!r}"))
 
 
 def can_fork() -> bool:
