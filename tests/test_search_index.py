@@ -4,12 +4,15 @@ on real pages: the Python docs (Debian's python3.11-doc)."""
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from plugins.search import processing
 from plugins.search.content import Content, extract_content
 from plugins.search.index import (
     _U32,
@@ -142,3 +145,44 @@ def test_the_posting_lists_hold_each_pages_own_postings_whatever_their_widths(pa
             expected[term][page] = (posting.weight, posting.positions)
     assert lists == expected
     assert all(list(pages) == sorted(pages) for pages in lists.values())
+
+
+def test_term_numbers_give_each_term_one_number_when_threads_number_at_once():
+    processor = TextProcessor(frozenset({"the"}), {"automobile": "car", "auto": "car"})
+    numbers = processor.numbering()
+    words = [f"word{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(2_000)]
+    words += ["car", "cars", "automobile", "auto", "the"]
+    barrier = threading.Barrier(4)
+
+    def number_all(order: list[str]) -> list[int]:
+        barrier.wait(timeout=10)
+        return [numbers[word] for word in order]
+
+    orders = [words, words[::-1], words[::2] + words[1::2], words[1::2] + words[::2]]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(number_all, orders))
+    for order, found in zip(orders, results, strict=True):
+        for word, number in zip(order, found, strict=True):
+            assert numbers.names[number] == processor.lookup(word), word
+            assert number == numbers[word]
+    # One number per term: synonyms and plurals share theirs, a stopword gets 0.
+    assert len(set(numbers.names)) == len(numbers.names)
+    assert numbers["automobile"] == numbers["auto"] == numbers["car"] == numbers["cars"]
+    assert numbers["the"] == 0
+
+
+def test_a_full_numbering_table_is_replaced_and_documents_come_out_the_same(monkeypatch):
+    content = Content(
+        url="http://docs.test/a", title="Cars and automobiles", headings=("Driving cars",),
+        text="a car drives; the cars drive " * 40 + "zebra quagga okapi",
+    )  # fmt: skip
+    processor = TextProcessor.default()
+    expected = build_document(content, processor)
+    monkeypatch.setattr(processing, "TERM_CACHE_SIZE", 5)
+    first = processor.numbering()
+    assert build_document(content, processor) == expected  # numbered on the full table
+    second = processor.numbering()
+    assert second is not first and len(second) == 0
+    assert build_document(content, processor) == expected
+    # The old table still names its numbers (a document being built holds it).
+    assert first.names[first["zebra"]] == processor.lookup("zebra")

@@ -77,6 +77,34 @@ class _TermCache(dict[str, str]):
         return found
 
 
+class TermNumbers(dict[str, int]):
+    """word → the number of its term (0 for a stopword), numbered in the order first
+    seen; ``names[number]`` is the term. Numbers let a document's terms be counted and
+    ordered in numpy instead of hashing their strings again at every step.
+
+    A document takes one table for all its words (:meth:`TextProcessor.numbering`): a
+    table is never renumbered, it is replaced by a fresh one when it grows too big.
+    """
+
+    def __init__(self, lookup: Callable[[str], str]) -> None:
+        super().__init__()
+        self.lookup = lookup
+        self.names: list[str] = [""]
+        self._number_of_term: dict[str, int] = {"": 0}
+        self._lock = threading.Lock()
+        """Two threads numbering new terms at once must not give one number to both."""
+
+    def __missing__(self, word: str) -> int:
+        term = self.lookup(word)
+        with self._lock:
+            number = self._number_of_term.get(term)
+            if number is None:
+                number = self._number_of_term[term] = len(self.names)
+                self.names.append(term)
+            self[word] = number
+        return number
+
+
 class TextProcessor:
     """Turns text into index terms: words, minus stopwords, synonyms mapped, stemmed.
 
@@ -107,6 +135,7 @@ class TextProcessor:
         self.lookup: Callable[[str], str] = self._cache.__getitem__
         """Like :meth:`term` but "" for a stopword, and without a Python frame per call
         (for the hot loops: ``map(processor.lookup, words)``)."""
+        self._numbers = TermNumbers(self.lookup)
         # Synonyms apply to a word as written, else to its stem ("automobiles" → "car").
         self._stem_synonyms = {self.stem(k): self.stem(v) for k, v in self.synonyms.items()}
 
@@ -114,6 +143,15 @@ class TextProcessor:
     def default(cls) -> TextProcessor:
         """The bundled stopword and synonym lists, English stemming."""
         return cls(load_stopwords(), load_synonyms())
+
+    def numbering(self) -> TermNumbers:
+        """The table of term numbers a document is built with (a new one once the
+        current one holds :data:`TERM_CACHE_SIZE` words: the tables a document holds
+        stay valid)."""
+        numbers = self._numbers
+        if len(numbers) >= TERM_CACHE_SIZE:
+            numbers = self._numbers = TermNumbers(self.lookup)
+        return numbers
 
     def stem(self, word: str) -> str:
         stemmer = getattr(self._local, "stemmer", None)
