@@ -11,10 +11,11 @@ from urllib.parse import unquote
 
 import pytest
 import webencodings
+from selectolax.lexbor import LexborHTMLParser
 
 import rccrawler.web.html as html_module
 from rccrawler.web.encoding import decode_html, detect_encoding
-from rccrawler.web.html import PARSERS, ParsedPage, parse_html
+from rccrawler.web.html import PARSERS, ParsedPage, _drop_skipped_text, parse_html
 
 PAGE = "http://a.test/dir/page?x=1#frag"
 PAGE_NO_FRAGMENT = "http://a.test/dir/page?x=1"
@@ -482,6 +483,27 @@ def test_text_inside_hidden_elements_of_svg_is_left_out(parser: str) -> None:
     page = parse_html(NESTED_FOREIGN_HIDDEN.encode(), PAGE, parser=parser, full=True)
     assert page.text == "one two head three"
     assert page.headings == ("head",)
+
+
+HEADINGS_IN_HIDDEN_SVG = (
+    "<body><h1>one</h1><svg><script><foreignObject><h2>s1</h2><p><h3>s2</h3></p>"
+    "</foreignObject></script><style><foreignObject><h4>s3</h4></foreignObject></style></svg>"
+    "<h2>two</h2>three</body>"
+)
+"""Headings inside an SVG <script> or <style> (HTML again in a <foreignObject>): lexbor
+finds them in the same walk as the hidden elements, and they go with them."""
+
+
+def test_headings_inside_hidden_elements_of_svg_are_left_out(parser: str) -> None:
+    page = parse_html(HEADINGS_IN_HIDDEN_SVG.encode(), PAGE, parser=parser, full=True)
+    assert page.headings == ("one", "two")
+    assert page.text == "one two three"
+    if parser == "lexbor":  # those headings are freed: their nodes must not be read
+        tree = LexborHTMLParser(HEADINGS_IN_HIDDEN_SVG.encode())
+        inner = {node.mem_id for node in tree.css("svg h2, svg h3, svg h4")}
+        skipped = tree.css("script, style")
+        assert len(inner) == 3 and len(skipped) == 2
+        assert inner <= _drop_skipped_text(skipped)
 
 
 def test_fast_path_fills_only_links_base_and_robots(parser: str) -> None:

@@ -13,6 +13,7 @@ import functools
 import itertools
 import logging
 import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -563,7 +564,17 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
 _MISSING = object()
 """What ``attrs.get`` gives for an attribute the element lacks (None is the value of a
 bare ``<a href>``, which is a link)."""
-_SKIPPED_TEXT = ", ".join(_SKIPPED_TEXT_TAGS)
+_LINK_TAGS = ("a", "base", "meta", "svg", "math")
+"""The elements a links-only parse reads (<svg> and <math> for their namespaces)."""
+_FULL_TAGS = (*_LINK_TAGS, "title", *_SKIPPED_TEXT_TAGS, *_HEADINGS)
+_SELECTORS = {False: ", ".join(_LINK_TAGS), True: ", ".join(_FULL_TAGS)}
+"""One selector of plain names for every element a parse reads: one css() walk tests
+each node against the names in C, in less than half the time of a tags() walk a name
+(each tags() call walks the whole tree again)."""
+_GROUPS = {**dict.fromkeys(_SKIPPED_TEXT_TAGS, "skipped"), **dict.fromkeys(_HEADINGS, "headings")}
+"""The elements read together, in document order: other names are read by name."""
+_DROPPED_WITH = ", ".join((*_SKIPPED_TEXT_TAGS, *_HEADINGS))
+"""The elements found by the walk that a skipped element may hold, freed with it."""
 
 
 def _attribute_values(nodes: Iterable[LexborNode], name: str) -> Iterator[str]:
@@ -576,29 +587,31 @@ def _attribute_values(nodes: Iterable[LexborNode], name: str) -> Iterator[str]:
             yield cast("str | None", value) or ""
 
 
-def _drop_skipped_text(tree: LexborHTMLParser) -> None:
-    """Remove the elements whose text is not the page's (scripts, styles, …).
+def _drop_skipped_text(skipped: Iterable[LexborNode]) -> set[int]:
+    """Remove the elements whose text is not the page's (scripts, styles, …), given in
+    document order; the ids of the found elements that went with them.
 
-    Found by name, a list each: an element inside another one (markup in a <noscript>,
-    or in an SVG <script>) is freed with it, so each one's own such descendants are
-    noted before it goes, and skipped when their turn comes."""
+    An element inside another one (markup in a <noscript>, or in an SVG <script>) is
+    freed with it, so each one's own such descendants are noted before it goes, and
+    skipped when their turn comes (as are headings inside them: their text is not the
+    page's either)."""
     gone: set[int] = set()
-    for name in _SKIPPED_TEXT_TAGS:
-        for node in tree.tags(name):
-            if node.mem_id in gone:
-                continue
-            # Also the node itself; most are a <script> or <style> with one text child.
-            gone.update(inner.mem_id for inner in node.css(_SKIPPED_TEXT))
-            node.decompose()
+    for node in skipped:
+        if node.mem_id in gone:
+            continue
+        # Also the node itself; most are a <script> or <style> with one text child.
+        gone.update(inner.mem_id for inner in node.css(_DROPPED_WITH))
+        node.decompose()
+    return gone
 
 
 def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
     tree = LexborHTMLParser(data)  # UTF-8 bytes: read as they are, without a copy
-    # The elements are found by name, each name a walk of the tree in C that compares
-    # names: five of them cost less than half of one css() walk for the same elements,
-    # which tests every selector on every node (and each css() call is a walk of its
-    # own: four of them were a sixth of the parsing threads' time on big pages).
-    foreign_roots = [*tree.tags("svg"), *tree.tags("math")]
+    found: defaultdict[str, list[LexborNode]] = defaultdict(list)
+    for node in tree.css(_SELECTORS[full]):  # in document order
+        tag = cast("str", node.tag)
+        found[_GROUPS.get(tag, tag)].append(node)
+    foreign_roots = [*found["svg"], *found["math"]]
     """The <svg> and <math> elements: only nodes inside them can be foreign."""
     memo: dict[int, str] = {}
 
@@ -617,23 +630,25 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
         ]
 
     # A node without the attribute is no suspect of html_only's: it is kept, then left out.
-    base_href = next(_attribute_values(html_only("base[href]", tree.tags("base")), "href"), None)
+    base_href = next(_attribute_values(html_only("base[href]", found["base"]), "href"), None)
     base_url = _effective_base(page_url, base_href)
-    hrefs = _attribute_values(html_only("a[href]", tree.tags("a")), "href")
+    hrefs = _attribute_values(html_only("a[href]", found["a"]), "href")
     links, cut = _resolve_links(base_url, hrefs, max_links)
 
     metas = _Metas(robots_only=not full)
-    for node in tree.tags("meta"):
+    for node in found["meta"]:
         attributes = node.attrs
         metas.add(attributes.get("name"), attributes.get("content"))
     if not full:
         return _page(links, base_url, metas, first_cut_link=cut)
 
-    title = next(iter(html_only("title", tree.tags("title"))), None)
+    title = next(iter(html_only("title", found["title"])), None)
     title_text = title.text(deep=True) if title else ""
     # Decomposing is cheaper than walking the tree in Python to skip these subtrees.
-    _drop_skipped_text(tree)
-    headings = [node.text(deep=True, separator=" ") for node in tree.css(",".join(_HEADINGS))]
+    gone = _drop_skipped_text(found["skipped"])
+    headings = [
+        node.text(deep=True, separator=" ") for node in found["headings"] if node.mem_id not in gone
+    ]
     body = tree.body
     body_text = body.text(deep=True, separator=" ") if body is not None else ""
     return _page(links, base_url, metas, title_text, headings, body_text, first_cut_link=cut)
