@@ -81,19 +81,31 @@ _URL_TAB_NEWLINE = str.maketrans("", "", "\t\n\r")
 _BAD_BASE_SCHEMES = ("data:", "javascript:")
 
 
+def _clean_hrefs(hrefs: Iterable[str]) -> list[str]:
+    """Hrefs as the URL parser reads them: C0 controls and spaces stripped from the
+    ends, tabs and newlines removed. A pass in C over all of them for each step (a page
+    has hundreds, and a Python call for each took a tenth of a full parse): the rare
+    tab or newline is looked for once in all of them."""
+    cleaned = [href.strip(_URL_STRIP) for href in hrefs]
+    seen = "".join(cleaned)
+    if "\t" in seen or "\n" in seen or "\r" in seen:
+        cleaned = [href.translate(_URL_TAB_NEWLINE) for href in cleaned]
+    return cleaned
+
+
 def _clean_href(href: str) -> str:
-    href = href.strip(_URL_STRIP)
-    if "\t" in href or "\n" in href or "\r" in href:
-        href = href.translate(_URL_TAB_NEWLINE)
-    return href
+    return _clean_hrefs((href,))[0]
 
 
-def _without_fragment(href: str) -> str:
-    """The cleaned href without its fragment, unless that would leave white space at its
-    end for the resolver to strip (``"a #x"`` resolves to ``a%20``, not ``a``)."""
-    href = _clean_href(href)
-    head = href.partition("#")[0]
-    return href if head and head[-1] <= " " else head
+def _without_fragments(hrefs: Iterable[str]) -> list[str]:
+    """Each href cleaned and without its fragment, unless that would leave white space
+    at its end for the resolver to strip (``"a #x"`` resolves to ``a%20``, not ``a``)."""
+    cleaned = _clean_hrefs(hrefs)
+    if "#" not in "".join(cleaned):
+        return cleaned
+    return [
+        href if (head := href.partition("#")[0]) and head[-1] <= " " else head for href in cleaned
+    ]
 
 
 def _effective_base(page_url: str, base_href: str | None) -> str:
@@ -107,15 +119,6 @@ def _effective_base(page_url: str, base_href: str | None) -> str:
     if base is None or base.lower().startswith(_BAD_BASE_SCHEMES):
         return page
     return base
-
-
-def _distinct(items: Iterable[str]) -> Iterator[str]:
-    """Each item once, in first-seen order, lazily."""
-    seen: set[str] = set()
-    for item in items:
-        if item not in seen:
-            seen.add(item)
-            yield item
 
 
 _RELATIVE_PATH = re.compile(r"[^/?:]+(?:[/?]|$)")
@@ -145,10 +148,11 @@ def _resolve_links(
     """
     # Pages repeat navigation hrefs many times, so deduplicating before resolving saves
     # most of the resolver calls; a second pass merges spellings that resolve alike.
-    # Both passes are lazy, so a page of a million links stops costing at the cap.
-    # The fragment is cut before that, as the resolver drops it anyway: Sphinx's
-    # "#section" and "page.html#name" links then collapse into one href each.
-    distinct = _distinct(map(_without_fragment, hrefs))
+    # The resolving is lazy, so a page of a million links stops costing at the cap (the
+    # hrefs before it are as many as the <a> tags parsed: see _limit_anchors). The
+    # fragment is cut first, as the resolver drops it anyway: Sphinx's "#section" and
+    # "page.html#name" links then collapse into one href each.
+    distinct = dict.fromkeys(_without_fragments(hrefs))  # first-seen order
     # A relative path resolves against the base's directory alone, so resolving it there
     # lets the resolver's cache serve every page of that directory.
     directory = _directory_of(base_url)
@@ -577,14 +581,12 @@ _DROPPED_WITH = ", ".join((*_SKIPPED_TEXT_TAGS, *_HEADINGS))
 """The elements found by the walk that a skipped element may hold, freed with it."""
 
 
-def _attribute_values(nodes: Iterable[LexborNode], name: str) -> Iterator[str]:
+def _attribute_values(nodes: Iterable[LexborNode], name: str) -> list[str]:
     """The value of attribute ``name`` of each node that has it ("" when bare), as
-    ``tag[name]`` selects them, lazily; ``attrs`` reads one attribute (``attributes``
-    would build a dict of them all, per node)."""
-    for node in nodes:
-        value = node.attrs.get(name, _MISSING)
-        if value is not _MISSING:
-            yield cast("str | None", value) or ""
+    ``tag[name]`` selects them; ``attrs`` reads one attribute (``attributes`` would
+    build a dict of them all, per node)."""
+    values = [node.attrs.get(name, _MISSING) for node in nodes]
+    return [cast("str | None", value) or "" for value in values if value is not _MISSING]
 
 
 def _drop_skipped_text(skipped: Iterable[LexborNode]) -> set[int]:
@@ -630,7 +632,7 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
         ]
 
     # A node without the attribute is no suspect of html_only's: it is kept, then left out.
-    base_href = next(_attribute_values(html_only("base[href]", found["base"]), "href"), None)
+    base_href = next(iter(_attribute_values(html_only("base[href]", found["base"]), "href")), None)
     base_url = _effective_base(page_url, base_href)
     hrefs = _attribute_values(html_only("a[href]", found["a"]), "href")
     links, cut = _resolve_links(base_url, hrefs, max_links)
