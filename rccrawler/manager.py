@@ -313,6 +313,12 @@ class ApplicationManager:
         ``CrawlContext.note_signal``)."""
         self.context.request_stop(reason)
 
+    def prepare(self) -> None:
+        """Hook for crawl tasks: called by the command line before any other thread of
+        the process starts (the live view's among them), then :meth:`run`. A task that
+        starts worker processes as forks of this one starts them here: a fork copies
+        the locks other threads hold. Nothing by default."""
+
     def run(self) -> bool:
         """Run (or resume) the crawl until it is over or a stop is requested.
 

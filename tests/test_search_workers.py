@@ -8,6 +8,7 @@ import fcntl
 import operator
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from crawling import wait_until
 from support.sites import GeneratedSite, page_path
+from support.terminal import TerminalSession
 
 from plugins.search import SearchManager
 from plugins.search.content import html_content
@@ -503,3 +505,30 @@ def test_a_worker_computes_its_next_call_while_its_answer_waits_to_be_taken(
     finally:
         pool.close()
     assert pool.answered == 4
+
+
+@pytest.mark.both_backends
+def test_a_crawl_in_the_live_view_forks_its_workers_before_the_view_starts(
+    site_settings, tmp_path, storage
+):
+    """On a terminal the live view's thread runs while the crawl starts its threads (and,
+    on PostgreSQL, its connection pool's): the workers are forked before them
+    (``ApplicationManager.prepare``), with the crawl's imports done, not started as
+    fresh interpreters."""
+    config = site_settings()
+    log_file = tmp_path / "crawl.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TERM")}
+    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "-v"]
+    session = TerminalSession(
+        [*command, "--log-file", str(log_file)],
+        width=120, height=40, env={**env, "TERM": "xterm-256color"}, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        code = session.wait(READY_WAIT)
+    finally:
+        session.kill()
+    assert code == 0, session.display()
+    assert "information retrieval report" in session.display()  # the rich view ran
+    log = log_file.read_text(encoding="utf-8")
+    assert re.findall(r"index worker \d+ started, (.+)", log) == ["a fork of the crawl"] * 2, log
+    assert _stored(config)["urls"] == sorted(f"http://{HOST}{page_path(n)}" for n in range(150))

@@ -81,6 +81,12 @@ class SearchManager(WebGraphManager):
         workers = WorkerPool(self.settings, enabled=index_workers(self.settings))
         return SearchContext(**vars(context), workers=workers)
 
+    def prepare(self) -> None:
+        """The parsing threads' index workers, started before any other thread (the
+        live view's): as forks of this process, which has the crawl's imports done,
+        rather than as fresh interpreters."""
+        self.workers.prestart(self.settings.parsing_threads)
+
     @property
     def workers(self) -> WorkerPool:
         assert isinstance(self.context, SearchContext)

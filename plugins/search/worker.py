@@ -13,8 +13,9 @@ before, so a killed crawl loses no finished page. A worker that is not up yet, h
 failed or is gone leaves the work to the thread (the same rows).
 
 A worker is a fork of the crawl's process when that is safe (on Linux, from a process
-with one thread: a crawl run from the command line starts its workers before its
-threads), so it starts with the crawl's imports done; otherwise it is a fresh
+with one thread: a crawl run from the command line starts its workers in
+``SearchManager.prepare``, before its threads and the live view's), so it starts with
+the crawl's imports done; otherwise it is a fresh
 interpreter that imports them itself (0.22 to 0.31 CPU s for each worker, numpy
 included, on the cores the crawl needs).
 """
@@ -268,6 +269,8 @@ class IndexWorker:
             for end in (parent, child):
                 end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
             self._connection = start(parent, child)
+            how = "a fork of the crawl" if self.forked else "a fresh interpreter"
+            logger.debug("index worker %s started, %s", self.pid, how)
         except Exception as exc:  # no worker: the threads index, as without one
             logger.warning("no index worker process (%s): indexing in the crawl's threads", exc)
             self._failed = True
