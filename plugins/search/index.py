@@ -346,7 +346,8 @@ def build_document(
     number is looked up by ``map``, and the numbers are counted, weighed and put in
     term order (a stable sort of the positions) in numpy. Looking up each word's term
     and hashing the strings again to count them, to number them and to sort the
-    positions took two fifths more time.
+    positions took a fifth more instructions (callgrind, 14.4 against 12.1 million a
+    page of the Python docs).
 
     Args:
         max_words: words indexed at most, over all fields (the rest is cut).

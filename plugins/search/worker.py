@@ -15,9 +15,8 @@ failed or is gone leaves the work to the thread (the same rows).
 A worker is a fork of the crawl's process when that is safe (on Linux, from a process
 with one thread: a crawl run from the command line starts its workers in
 ``SearchManager.prepare``, before its threads and the live view's), so it starts with
-the crawl's imports done; otherwise it is a fresh
-interpreter that imports them itself (0.22 to 0.31 CPU s for each worker, numpy
-included, on the cores the crawl needs).
+the crawl's imports done; otherwise it is a fresh interpreter that imports them itself
+(0.22 to 0.31 CPU s for each worker, numpy included, on the cores the crawl needs).
 """
 
 from __future__ import annotations
