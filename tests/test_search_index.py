@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from plugins.search import processing
+from plugins.search import index, processing
 from plugins.search.content import Content, extract_content
 from plugins.search.index import (
     _U32,
@@ -92,16 +92,55 @@ def test_build_document_matches_the_per_word_loop_on_the_python_docs(max_words, 
         document = build_document(
             content, processor, max_words=max_words, max_positions=max_positions
         )
-        postings = document.postings
-        assert postings.keys() == expected["postings"].keys(), url
-        for term, (weight, positions) in expected["postings"].items():
-            assert postings[term].weight == pytest.approx(weight, rel=1e-9, abs=1e-9), url
-            assert postings[term].positions == positions, (url, term)
-        assert document.words == expected["words"], url
-        for name in ("text", "body_start", "length", "truncated"):
-            assert getattr(document, name) == expected[name], (url, name)
+        assert_matches_reference(document, expected, url)
         compared += 1
     assert compared > 60
+
+
+def assert_matches_reference(document: Any, expected: dict[str, Any], url: str) -> None:
+    postings = document.postings
+    assert postings.keys() == expected["postings"].keys(), url
+    for term, (weight, positions) in expected["postings"].items():
+        assert postings[term].weight == pytest.approx(weight, rel=1e-9, abs=1e-9), url
+        assert postings[term].positions == positions, (url, term)
+    assert document.words == expected["words"], url
+    for name in ("text", "body_start", "length", "truncated"):
+        assert getattr(document, name) == expected[name], (url, name)
+
+
+def test_a_document_is_the_same_whether_its_term_numbers_are_counted_or_sorted():
+    """A document's term numbers are counted into a table while they are few beside its
+    positions, and sorted once the processor's table has numbered many other words
+    first: the same document either way."""
+    content = Content(
+        url="http://docs.test/a", title="Cars and automobiles", headings=("Driving cars",),
+        text="a car drives; the cars drive " * 40 + "zebra quagga okapi",
+    )  # fmt: skip
+    fresh = TextProcessor.default()
+    expected = build_document(content, fresh)
+    worn = TextProcessor.default()
+    numbers = worn.numbering()
+    for n in range(100_000):
+        numbers[f"filler{chr(97 + n % 26)}{chr(97 + n // 26 % 26)}{chr(97 + n // 676 % 26)}{n}"]
+    positions = sum(len(found) + FIELD_GAP for found, _ in field_words(
+        document_fields(content, worn), 200_000)[0])  # fmt: skip
+    assert max(fresh.numbering().values()) < index.DENSE_NUMBERS * positions  # counted
+    assert min(numbers[term] for term in expected.terms) >= index.DENSE_NUMBERS * positions
+    assert build_document(content, worn) == expected  # sorted
+
+
+def test_a_page_of_more_distinct_terms_than_16_bits_hold_is_ordered_right():
+    """A page's positions are put in term order by a 16-bit sort when its terms fit 16
+    bits, as on nearly every page; past 65,536 terms they take the wide sort."""
+    letters = "bcdfghjklmnpqrstvwxz"
+    words = [f"q{letters[n % 20]}{letters[n // 20 % 20]}{letters[n // 400 % 20]}"
+             f"{letters[n // 8000 % 20]}" for n in range(70_000)]  # fmt: skip
+    content = Content(url="http://docs.test/big", title="Big", text=" ".join(words * 2))
+    processor = TextProcessor.default()
+    document = build_document(content, processor)
+    assert len(document.terms) > 1 << 16
+    expected = reference_document(content, processor, 200_000, 1_000)
+    assert_matches_reference(document, expected, content.url)
 
 
 def _posting_lists(rows: list[tuple[Any, ...]]) -> dict[str, dict[int, tuple[float, list[int]]]]:

@@ -367,8 +367,7 @@ def build_document(
         pieces += (np.fromiter(map(number_of, found), np.int64, len(found)), gap)
     keys = np.concatenate(pieces)
     """The term number at each position: 0 for a stopword, and in the gaps after fields."""
-    present, slots = np.unique(keys, return_inverse=True)  # present[0] is 0: the gaps
-    slots = slots.reshape(-1)
+    present, slots = _term_slots(keys)  # present[0] is 0: the gaps
     names = list(map(numbers.names.__getitem__, present[1:].tolist()))
     by_name = np.array(sorted(range(len(names)), key=names.__getitem__), np.int64)
     rank = np.empty(len(present), np.int64)
@@ -388,7 +387,10 @@ def build_document(
     cut = [f"words {total_words}>{max_words}"] if total_words > max_words else []
     text = indexed_text(content.text, len(found)) if cut else content.text
     indexed = np.flatnonzero(keys)
-    order: list[int] = indexed[np.argsort(rank[slots[indexed]], kind="stable")].tolist()
+    ranks = rank[slots[indexed]]
+    if len(by_name) <= 1 << 16:  # nearly every page: numpy sorts 16-bit keys by radix
+        ranks = ranks.astype(np.uint16)
+    order: list[int] = indexed[np.argsort(ranks, kind="stable")].tolist()
     counts_kept: list[int] = everywhere[1 + by_name].tolist()
     if max(counts_kept, default=0) > max_positions:
         crowded = sum(count > max_positions for count in counts_kept)
@@ -413,6 +415,28 @@ def build_document(
         length=len(found),
         truncated="; ".join(cut),
     )
+
+
+DENSE_NUMBERS = 4
+"""A document's term numbers are counted into a table (as long as the highest number)
+while that number is below this many times its positions; else they are sorted. On the
+Python docs the table took 66 µs a page where the sort took 178; at a hundred thousand
+numbers a page of 10,000 positions sorts faster."""
+
+
+def _term_slots(keys: Any) -> tuple[Any, Any]:
+    """The distinct numbers of ``keys``, ascending, and the index of each key's among
+    them: what ``np.unique(keys, return_inverse=True)`` gives."""
+    import numpy as np
+
+    top = int(keys.max())
+    if top >= DENSE_NUMBERS * len(keys):
+        present, slots = np.unique(keys, return_inverse=True)
+        return present, slots.reshape(-1)
+    present = np.flatnonzero(np.bincount(keys))
+    slot_of = np.empty(top + 1, np.int64)  # only the entries of present numbers are read
+    slot_of[present] = np.arange(len(present))
+    return present, slot_of[keys]
 
 
 _LOGS: list[Any] = []
