@@ -108,20 +108,24 @@ def assert_matches_reference(document: Any, expected: dict[str, Any], url: str) 
         assert getattr(document, name) == expected[name], (url, name)
 
 
+CARS = Content(
+    url="http://docs.test/a", title="Cars and automobiles", headings=("Driving cars",),
+    text="a car drives; the cars drive " * 40 + "zebra quagga okapi",
+)  # fmt: skip
+"""A page whose words share terms (plurals, synonyms of the default processor)."""
+
+
 def test_a_document_is_the_same_whether_its_term_numbers_are_counted_or_sorted():
     """A document's term numbers are counted into a table while they are few beside its
     positions, and sorted once the processor's table has numbered many other words
     first: the same document either way."""
-    content = Content(
-        url="http://docs.test/a", title="Cars and automobiles", headings=("Driving cars",),
-        text="a car drives; the cars drive " * 40 + "zebra quagga okapi",
-    )  # fmt: skip
+    content = CARS
     fresh = TextProcessor.default()
     expected = build_document(content, fresh)
     worn = TextProcessor.default()
     numbers = worn.numbering()
     for n in range(100_000):
-        numbers[f"filler{chr(97 + n % 26)}{chr(97 + n // 26 % 26)}{chr(97 + n // 676 % 26)}{n}"]
+        numbers[f"filler{n}"]
     positions = sum(len(found) + FIELD_GAP for found, _ in field_words(
         document_fields(content, worn), 200_000)[0])  # fmt: skip
     assert max(fresh.numbering().values()) < index.DENSE_NUMBERS * positions  # counted
@@ -211,10 +215,7 @@ def test_term_numbers_give_each_term_one_number_when_threads_number_at_once():
 
 
 def test_a_full_numbering_table_is_replaced_and_documents_come_out_the_same(monkeypatch):
-    content = Content(
-        url="http://docs.test/a", title="Cars and automobiles", headings=("Driving cars",),
-        text="a car drives; the cars drive " * 40 + "zebra quagga okapi",
-    )  # fmt: skip
+    content = CARS
     processor = TextProcessor.default()
     expected = build_document(content, processor)
     monkeypatch.setattr(processing, "TERM_CACHE_SIZE", 5)
