@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageId, SkipReason
@@ -152,8 +152,6 @@ def decide_download(
         now: the clock of the storage (the database's, for shared crawls).
         limits: the crawl's numbers.
     """
-    from dataclasses import replace
-
     host = replace(host)
     changed = False
     attempts = page.download_attempts + 1
@@ -306,6 +304,9 @@ class LinkAdmission:
     """(normalized url, reason) of new links that are not queued (depth, budget)."""
     known_targets: list[int] = field(default_factory=list)
     """Ids of pages the links point to that exist already (arcs)."""
+    later_arcs: list[str] = field(default_factory=list)
+    """Normalized urls of the not-queued links held back by their ``skip_if_new``
+    (depth, nofollow): arcs once another path makes them pages, whatever the order."""
     budget_hit: bool = False
 
 
@@ -336,16 +337,13 @@ def admit_links(
             admission.known_targets.append(page_id)
         elif link.skip_if_new is not None:
             admission.not_queued.append((norm, link.skip_if_new.value))
+            admission.later_arcs.append(norm)
         elif limits.max_pages and admitted + len(admission.new) >= limits.max_pages:
             admission.not_queued.append((norm, SkipReason.BUDGET.value))
             budget_hit = True
         else:
             admission.new.append(link)
-    if budget_hit:
-        return LinkAdmission(
-            admission.new, admission.not_queued, admission.known_targets, budget_hit=True
-        )
-    return admission
+    return replace(admission, budget_hit=True) if budget_hit else admission
 
 
 def breadth_first_allows(level: int, busy_levels: Sequence[int]) -> bool:

@@ -53,6 +53,10 @@ class SkipReason(StrEnum):
     """Longer than ``crawl.max_url_length``."""
     TOO_MANY_QUERIES = "too_many_queries"
     """One more query string of a path that already has ``crawl.max_query_variants``."""
+    NOFOLLOW = "nofollow"
+    """Found only on pages whose ``<meta name="robots">`` says ``nofollow`` (or ``none``),
+    with ``crawl.obey_robots``: such a page's links are arcs to pages found by other
+    paths, never a reason to fetch."""
 
 
 class RobotsState(StrEnum):
@@ -142,7 +146,8 @@ class FoundLink:
     """As found, absolute, fragment dropped (what would be requested)."""
     normalized_url: str
     skip_if_new: SkipReason | None = None
-    """Why not to queue it when it is not a page yet (depth): the arc still counts if it is."""
+    """Why not to queue it when it is not a page yet (depth, nofollow): the arc still
+    counts if it is, or once another path makes it one."""
 
 
 @dataclass(frozen=True, slots=True)

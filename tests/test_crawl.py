@@ -213,6 +213,50 @@ def test_max_depth_holds(serve, crawler):
     assert "depth" in {s["reason"] for s in graph.skipped}
 
 
+def nofollow_page(content: str, *hrefs: str) -> Resource:
+    links = "".join(f'<a href="{h}">{h}</a> ' for h in hrefs)
+    head = f'<head><meta name="robots" content="{content}"></head>'
+    return Resource(f"<html>{head}<body>{links}</body></html>".encode())
+
+
+NOFOLLOW_SITE = {
+    "/": html("/a", "/nf", "/none"),
+    "/a": html("/b"),
+    "/b": html("/later"),
+    "/later": html(text="later"),
+    # Parsed at level 1, before /b (level 2) finds /later: held back, then an arc.
+    "/nf": nofollow_page("NoIndex, NOFOLLOW", "/a", "/hidden", "/later", "/"),
+    "/none": nofollow_page("none", "/hidden2"),
+    "/hidden": html(text="hidden"),
+    "/hidden2": html(text="hidden2"),
+}
+
+
+def test_a_nofollow_page_brings_no_new_page_but_keeps_its_arcs(serve, crawler):
+    server = serve({"a.test": NOFOLLOW_SITE})
+    result = crawler.run(["a.test"], server.resolve, threads={"downloading": 1, "parsing": 1})
+    paths = server.paths_for("a.test")
+    assert "/hidden" not in paths and "/hidden2" not in paths
+    assert sorted(paths) == sorted(["/robots.txt", "/", "/a", "/b", "/later", "/nf", "/none"])
+    graph = result.graph("a.test")
+    assert graph.skip_reason("http://a.test/hidden") == "nofollow"
+    assert graph.skip_reason("http://a.test/hidden2") == "nofollow"
+    assert graph.skip_reason("http://a.test/later") is None  # a page after all
+    ids = {n["url"].removeprefix("http://a.test"): int(n["id"]) for n in graph.nodes}
+    from_nf = {target for source, target in graph.arcs if source == ids["/nf"]}
+    # Its links to pages found by other paths are arcs, whichever was found first.
+    assert from_nf == {ids["/a"], ids["/later"], ids["/"]}
+    assert int(graph.node("http://a.test/nf")["out_degree"]) == 3
+    assert int(graph.node("http://a.test/later")["level"]) == 3
+
+
+def test_without_obey_robots_a_nofollow_page_is_followed(serve, crawler):
+    server = serve({"a.test": NOFOLLOW_SITE})
+    result = crawler.run(["a.test"], server.resolve, crawl={"obey_robots": False})
+    assert {"/hidden", "/hidden2"} <= set(server.paths_for("a.test"))
+    assert {"http://a.test/hidden", "http://a.test/hidden2"} <= result.graph("a.test").urls
+
+
 def test_max_pages_holds(serve, crawler):
     server = serve({"a.test": generated_site("a.test", 200, fanout=5)})
     result = crawler.run(["a.test"], server.resolve, crawl={"max_pages": 25})

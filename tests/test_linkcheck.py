@@ -108,6 +108,22 @@ def test_check_external_asks_each_external_link_once_politely(serve, crawler):
     assert server.peak_in_flight["ext.test"] == 1
 
 
+def test_a_nofollow_page_has_none_of_its_links_checked(serve, crawler):
+    head = b'<html><head><meta name="robots" content="nofollow"></head>'
+    nofollow = Resource(head + b'<body><a href="http://ext.test/quiet">x</a> <a href="/gone">y</a>')
+    server = serve({
+        "a.test": {"/": page("http://ext.test/asked", "/nf"), "/nf": nofollow},
+        "ext.test": {"/asked": NOT_FOUND, "/quiet": NOT_FOUND},
+    })  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve, linkcheck={"check_external": True},
+                         manager="plugins.linkcheck.LinkCheckManager")  # fmt: skip
+    assert result.finished
+    assert read_broken(result, "a.test") == {("http://ext.test/asked", "404", "http://a.test/")}
+    assert [hit.path for hit in server.hits_for("ext.test")] == ["/asked"]
+    assert "/gone" not in server.paths_for("a.test")
+    assert result.graph("a.test").skip_reason("http://a.test/gone") == "nofollow"
+
+
 def test_check_external_must_be_a_boolean(tmp_path, crawler):
     path = crawler.settings_file(["a.test"], {}, manager="plugins.linkcheck.LinkCheckManager",
                                  linkcheck={"check_external": "yes"})  # fmt: skip

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from rccrawler.web.robots import MAX_ROBOTS_BYTES, RobotsRules, product_token
+from rccrawler.web.robots import MAX_ROBOTS_BYTES, RobotsRules, meta_directives, product_token
 
 UA = "rccrawler/0.1 (+https://example.test/bot)"
 
@@ -623,3 +623,20 @@ def test_concurrent_calls() -> None:
         thread.join(timeout=30)
     assert errors == []
     assert rules.allowed("/a/private/ok")
+
+
+@pytest.mark.parametrize(
+    ("meta", "expected"),
+    [
+        ("", set()),
+        ("noindex, nofollow", {"noindex", "nofollow"}),
+        ("nofollow", {"nofollow"}),
+        ("none", {"none", "noindex", "nofollow"}),
+        ("index,follow", {"index", "follow"}),
+        ("  noarchive  nofollow ", {"noarchive", "nofollow"}),
+        ("nofollowing, max-snippet:0", {"nofollowing", "max-snippet:0"}),
+    ],
+)
+def test_meta_robots_directives(meta: str, expected: set[str]) -> None:
+    # As ParsedPage.meta_robots holds them: lowercased, several tags joined by ", ".
+    assert meta_directives(meta) == expected

@@ -40,7 +40,7 @@ class LinkCheckParsingThread(ParsingThread):
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         found, self.page_links = self.page_links, []
-        if not found:
-            return None
+        if not found or not self.follows_links(page, parsed):
+            return None  # a nofollow page's links are not requested, external ones neither
         rows = [(page.host, url, page.normalized_url) for url in dict.fromkeys(found)]
         return {EXTERNAL_LINKS.name: rows}

@@ -46,6 +46,7 @@ from plugins.search.content import Content, html_content
 from plugins.search.processing import WORD
 from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
+from rccrawler.web.robots import meta_directives
 
 if TYPE_CHECKING:
     from plugins.search.processing import TextProcessor
@@ -477,7 +478,7 @@ def page_rows(
     normalized_url: str, parsed: ParsedPage, processor: TextProcessor, caps: Mapping[str, int]
 ) -> TaskRows | None:
     """The rows of a parsed HTML page, or None for a ``noindex`` page."""
-    if "noindex" in parsed.meta_robots:
+    if "noindex" in meta_directives(parsed.meta_robots):
         return None
     return content_rows(html_content(normalized_url, parsed), processor, caps)
 

@@ -945,8 +945,7 @@ class SQLDataManager(DataManager):
             )
             if admission.budget_hit:
                 self._on_budget_hit(cur, page.host)
-            deep = [(url, page_id, page.host) for url, reason in admission.not_queued
-                        if reason == SkipReason.DEPTH.value]  # fmt: skip
+            deep = [(url, page_id, page.host) for url in admission.later_arcs]
             if deep:
                 cur.executemany(
                     self._sql(

@@ -9,6 +9,7 @@ from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.web.html import ParsedPage, parse_html
+from rccrawler.web.robots import meta_directives
 from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
@@ -122,7 +123,11 @@ class ParsingThread(CrawlerThread):
         """
         decisions = self.decisions
         host = page.host
-        too_deep = page.level + 1 > self.settings.crawl_for(page.host).max_depth
+        held: SkipReason | None = None  # why no new page comes from this page's links
+        if not self.follows_links(page, parsed):
+            held = SkipReason.NOFOLLOW
+        elif page.level + 1 > self.settings.crawl_for(page.host).max_depth:
+            held = SkipReason.DEPTH
         links: list[FoundLink] = []
         skipped: list[SkippedLink] = []
         for url in parsed.links:
@@ -140,11 +145,20 @@ class ParsingThread(CrawlerThread):
                 self.found_external_link(page, url)
             if isinstance(decision, SkippedLink):
                 skipped.append(decision)
-            elif too_deep:
-                links.append(FoundLink(decision.url, decision.normalized_url, SkipReason.DEPTH))
+            elif held is not None:
+                links.append(FoundLink(decision.url, decision.normalized_url, held))
             else:
                 links.append(decision)
         return links, skipped
+
+    def follows_links(self, page: PageData, parsed: ParsedPage) -> bool:
+        """Whether the page's links may bring new pages: not when its ``<meta
+        name="robots">`` says ``nofollow`` (or ``none``) and the site obeys robots
+        (``crawl.obey_robots``). Its links stay arcs to pages found by other paths.
+        A task that fetches what pages link to (a link checker) asks this too."""
+        if not self.settings.crawl_for(page.host).obey_robots:
+            return True
+        return "nofollow" not in meta_directives(parsed.meta_robots)
 
     def decide_link(self, url: str, host: str) -> FoundLink | SkippedLink:
         """One absolute link of a page of ``host``: to queue (depth aside), or why not."""

@@ -39,7 +39,7 @@ from rccrawler.web.urls import (
     escape_pattern,
 )
 
-__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "product_token"]
+__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "meta_directives", "product_token"]
 
 MAX_ROBOTS_BYTES = 500 * 1024
 """RFC 9309 §2.5: crawlers must parse at least 500 KiB; we parse exactly that much."""
@@ -96,6 +96,24 @@ def product_token(user_agent: str) -> str:
     """
     match = _TOKEN.match(user_agent.strip())
     return match.group() if match else ""
+
+
+_META_SEPARATORS = re.compile(r"[\s,]+")
+
+
+@lru_cache(maxsize=64)
+def meta_directives(meta_robots: str) -> frozenset[str]:
+    """The directives of a page's ``<meta name="robots">`` contents (as
+    ``ParsedPage.meta_robots`` holds them, lowercased): ``none`` stands for both
+    ``noindex`` and ``nofollow``, as the robots meta tag's spec (Google's) defines it.
+
+    A crawl follows no link of a ``nofollow`` page (``crawl.obey_robots``), and the
+    search task indexes no ``noindex`` page. Cached: most pages of a site say the same.
+    """
+    directives = set(_META_SEPARATORS.split(meta_robots.strip())) - {""}
+    if "none" in directives:
+        directives |= {"noindex", "nofollow"}
+    return frozenset(directives)
 
 
 def _normalize(text: str) -> str:
