@@ -157,3 +157,13 @@ def test_the_error_kinds_the_readme_lists_are_the_ones_the_crawler_names():
         r'FetchError\("(\w+)"|error="(\w+)"|^ +\(.*, "(\w+)", (?:True|False)\),$', code, re.M
     )
     assert {name for names in named for name in names if name} <= set(ERROR_KINDS)
+
+
+def test_the_skip_reasons_the_readme_lists_are_the_ones_the_crawler_writes():
+    from rccrawler.records import SkipReason
+
+    row = next(line for line in README.read_text().splitlines() if line.startswith("| `H.skipped"))
+    listed = re.findall(r"`([a-z_]+)`", row.split("with why", 1)[1])
+    # A byte-identical page is no skipped URL: it is a node with duplicate_of set.
+    written = {reason.value for reason in SkipReason} - {SkipReason.DUPLICATE.value}
+    assert sorted(listed) == sorted(written)
