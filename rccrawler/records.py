@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple, NewType
 
@@ -125,6 +125,9 @@ class PageData:
     truncated: bool = False
     referer: str = ""
     """The URL of the page where this link was found (for the Referer header)."""
+    robots_tags: tuple[str, ...] = field(default=(), metadata={"stored": False})
+    """The ``X-Robots-Tag`` values of its response, for its parse: not stored, as its
+    body is not (a page whose parse was lost is fetched again)."""
 
 
 class PageArc(NamedTuple):
@@ -205,6 +208,8 @@ class DownloadResult:
     """Adapt the host's crawl delay to ``elapsed`` (``crawl.auto_throttle``)."""
     exchange: HttpExchange | None = None
     """The request and response heads, when a response came (for archiving tasks)."""
+    robots_tags: tuple[str, ...] = ()
+    """The response's ``X-Robots-Tag`` header values, as sent."""
 
 
 @dataclass(frozen=True, slots=True)

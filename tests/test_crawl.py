@@ -257,6 +257,30 @@ def test_without_obey_robots_a_nofollow_page_is_followed(serve, crawler):
     assert {"http://a.test/hidden", "http://a.test/hidden2"} <= result.graph("a.test").urls
 
 
+def tagged(*values: str, hrefs: tuple[str, ...] = (), text: str = "") -> Resource:
+    """A page whose response carries these X-Robots-Tag headers."""
+    page = html(*hrefs, text=text)
+    return Resource(page.body, headers=(*page.headers, *(("X-Robots-Tag", v) for v in values)))
+
+
+def test_an_x_robots_tag_nofollow_for_us_holds_the_links_back(serve, crawler):
+    server = serve({"a.test": {
+        "/": html("/all", "/ours", "/theirs", "/indexing"),
+        "/all": tagged("noindex, NOFOLLOW", hrefs=("/x1",), text="all"),
+        "/ours": tagged("rccrawler: nofollow", hrefs=("/x2",), text="ours"),
+        "/theirs": tagged("otherbot: nofollow", hrefs=("/x3",), text="theirs"),
+        "/indexing": tagged("noindex", "max-snippet: 5", hrefs=("/x4",), text="indexing"),
+        **{f"/x{n}": html(text=str(n)) for n in range(1, 5)},
+    }})  # fmt: skip
+    result = crawler.run(["a.test"], server.resolve)
+    paths = set(server.paths_for("a.test"))
+    assert not {"/x1", "/x2"} & paths
+    assert {"/x3", "/x4"} <= paths  # another crawler's nofollow; noindex alone
+    graph = result.graph("a.test")
+    assert graph.skip_reason("http://a.test/x1") == graph.skip_reason("http://a.test/x2")
+    assert graph.skip_reason("http://a.test/x1") == "nofollow"
+
+
 def test_max_pages_holds(serve, crawler):
     server = serve({"a.test": generated_site("a.test", 200, fanout=5)})
     result = crawler.run(["a.test"], server.resolve, crawl={"max_pages": 25})

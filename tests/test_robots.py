@@ -6,7 +6,13 @@ import threading
 
 import pytest
 
-from rccrawler.web.robots import MAX_ROBOTS_BYTES, RobotsRules, meta_directives, product_token
+from rccrawler.web.robots import (
+    MAX_ROBOTS_BYTES,
+    RobotsRules,
+    meta_directives,
+    product_token,
+    robots_tag_directives,
+)
 
 UA = "rccrawler/0.1 (+https://example.test/bot)"
 
@@ -640,3 +646,25 @@ def test_concurrent_calls() -> None:
 def test_meta_robots_directives(meta: str, expected: set[str]) -> None:
     # As ParsedPage.meta_robots holds them: lowercased, several tags joined by ", ".
     assert meta_directives(meta) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ((), set()),
+        (("noindex",), {"noindex"}),
+        (("NoIndex, NoFollow",), {"noindex", "nofollow"}),
+        (("none",), {"none", "noindex", "nofollow"}),
+        (("rccrawler: nofollow",), {"nofollow"}),  # names us
+        (("RCCrawler:noindex",), {"noindex"}),
+        (("otherbot: noindex, nofollow",), set()),  # another crawler's
+        (("otherbot: noindex", "nofollow"), {"nofollow"}),  # one line each
+        (
+            ("unavailable_after: 25 Jun 2010 15:00:00 PST",),
+            {"unavailable_after:", "25", "jun", "2010", "15:00:00", "pst"},
+        ),
+        (("max-snippet: 20, noindex",), {"max-snippet:", "20", "noindex"}),
+    ],
+)
+def test_x_robots_tag_directives_for_us(values: tuple[str, ...], expected: set[str]) -> None:
+    assert robots_tag_directives(values, "rccrawler") == expected

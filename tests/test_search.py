@@ -321,6 +321,33 @@ SAME_HITS_QUERIES = [
 ]  # fmt: skip
 
 
+def x_robots_tag(resource: Resource, value: str) -> Resource:
+    return Resource(resource.body, headers=(*resource.headers, ("X-Robots-Tag", value)))
+
+
+def test_a_page_that_says_noindex_is_crawled_and_followed_but_not_indexed(serve, crawler):
+    plain = (("Content-Type", "text/plain; charset=utf-8"),)
+    meta = b'<meta name="robots" content="NOINDEX">'
+    site = {
+        "/meta.html": Resource(b"<html><head>" + meta + b"<title>Aardvark meta</title></head>"
+                               b'<body>aardvark <a href="/behind.html">more</a></body></html>'),
+        "/behind.html": page("Aardvark behind", "aardvark"),
+        "/header.html": x_robots_tag(page("Aardvark header", "aardvark"), "noindex"),
+        "/ours.html": x_robots_tag(page("Aardvark ours", "aardvark"), "rccrawler: noindex"),
+        "/theirs.html": x_robots_tag(page("Aardvark theirs", "aardvark"), "otherbot: noindex"),
+        "/notes.txt": x_robots_tag(Resource(b"aardvark notes", headers=plain), "noindex"),
+        "/kept.txt": Resource(b"aardvark kept", headers=plain),
+    }  # fmt: skip
+    links = "".join(f'<a href="{path}">more</a>' for path in site if path != "/behind.html")
+    index = Resource(f"<html><body>{links}</body></html>".encode())
+    server = serve({HOST: {"/": index, **site}})
+    result = crawler.run([HOST], server.resolve, manager=MANAGER)
+    assert result.finished
+    assert set(server.paths_for(HOST)) == {"/robots.txt", "/", *site}
+    found = paths(result.manager.settings, "aardvark")
+    assert sorted(found) == ["/behind.html", "/kept.txt", "/theirs.html"]
+
+
 def test_both_backends_give_the_same_hits(serve, tmp_path, postgresql):
     server = serve({HOST: {"/": INDEX, **CORPUS}})
     hits = {}

@@ -46,7 +46,6 @@ from plugins.search.content import Content, html_content
 from plugins.search.processing import WORD
 from rccrawler.data.tables import TaskTable
 from rccrawler.records import PageId
-from rccrawler.web.robots import meta_directives
 
 if TYPE_CHECKING:
     from plugins.search.processing import TextProcessor
@@ -476,10 +475,9 @@ def content_rows(content: Content, processor: TextProcessor, caps: Mapping[str, 
 
 def page_rows(
     normalized_url: str, parsed: ParsedPage, processor: TextProcessor, caps: Mapping[str, int]
-) -> TaskRows | None:
-    """The rows of a parsed HTML page, or None for a ``noindex`` page."""
-    if "noindex" in meta_directives(parsed.meta_robots):
-        return None
+) -> TaskRows:
+    """The rows of a parsed HTML page (a ``noindex`` page is left out by its
+    ParsingThread, which knows its response's X-Robots-Tag too)."""
     return content_rows(html_content(normalized_url, parsed), processor, caps)
 
 

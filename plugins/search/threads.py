@@ -16,6 +16,7 @@ from rccrawler.context import CrawlContext
 from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
+from rccrawler.web.robots import product_token, robots_tag_directives
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
@@ -105,6 +106,8 @@ class IndexingParsingThread(ParsingThread):
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         indexed, self._indexed = self._indexed, None
+        if "noindex" in self.robots_directives(page, parsed):
+            return None  # its links are still followed (unless it says nofollow too)
         if indexed is not None and indexed[0] == page.id:
             return indexed[1]
         # The weighing is the slow part: it runs here, outside the DataManager's lock.
@@ -119,9 +122,12 @@ class IndexingDownloadingThread(DownloadingThread):
         super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
+        self.robots_token = product_token(self.crawl.user_agent)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
         if result.error or result.status != 200 or is_html(result.content_type):
             return None
+        if "noindex" in robots_tag_directives(result.robots_tags, self.robots_token):
+            return None  # only a header can say so: such a body has no <meta>
         content = extract_content(page.normalized_url, result.body, result.content_type)
         return content_rows(content, self.processor, self.caps)

@@ -94,9 +94,9 @@ class _Worker:
     caps: dict[str, int]
 
 
-def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows | None]:
-    """In a worker: parse one HTML page and build its index rows (None for a
-    ``noindex`` page), as the parsing thread would."""
+def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows]:
+    """In a worker: parse one HTML page and build its index rows, as the parsing
+    thread would (which leaves a ``noindex`` page out)."""
     url, normalized_url, body, content_type, options = request
     parsed = parse_html(body, url, content_type, **options)
     return parsed, page_rows(normalized_url, parsed, _Worker.processor, _Worker.caps)

@@ -69,9 +69,9 @@ PAGE_COLUMNS = (
     "redirect_target, redirect_hops, bytes, truncated, referer"
 )
 PAGE_FIELDS = tuple(PAGE_COLUMNS.split(", "))
-"""PageData's fields, in the order of PAGE_COLUMNS (page_from_row unpacks rows so)."""
-if tuple(f.name for f in fields(PageData)) != PAGE_FIELDS:
-    raise ImportError("PAGE_COLUMNS must list PageData's fields in their order")
+"""PageData's stored fields, in the order of PAGE_COLUMNS (page_from_row unpacks rows so)."""
+if tuple(f.name for f in fields(PageData) if f.metadata.get("stored", True)) != PAGE_FIELDS:
+    raise ImportError("PAGE_COLUMNS must list PageData's stored fields in their order")
 HOST_FIELDS = tuple(f.name for f in fields(HostData))
 HOST_COLUMNS = ", ".join(HOST_FIELDS)
 LEASED_STATES = (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
@@ -815,6 +815,7 @@ class SQLDataManager(DataManager):
             page.content_hash, page.bytes = content_hash, size
             page.download_attempts, page.downloaded = outcome.attempts, True
             page.truncated, page.error_code = result.truncated, ""
+            page.robots_tags = result.robots_tags
             self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))
 
     def _set_page(self, cur: Cursor, page_id: PageId, columns: Mapping[str, object]) -> None:

@@ -9,7 +9,7 @@ from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.web.html import ParsedPage, parse_html
-from rccrawler.web.robots import meta_directives
+from rccrawler.web.robots import meta_directives, product_token, robots_tag_directives
 from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class ParsingThread(CrawlerThread):
         self.options = crawl.normalize_options
         self.query_variants = context.query_variants
         self.decisions = context.link_decisions
+        self.robots_token = product_token(crawl.user_agent)
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
@@ -151,14 +152,23 @@ class ParsingThread(CrawlerThread):
                 links.append(decision)
         return links, skipped
 
+    def robots_directives(self, page: PageData, parsed: ParsedPage) -> frozenset[str]:
+        """What the page asks of robots (``noindex``, ``nofollow``...): its ``<meta
+        name="robots">`` tags and its response's ``X-Robots-Tag`` headers, those for
+        every crawler and those naming this one (the User-Agent's product token)."""
+        meta = meta_directives(parsed.meta_robots)
+        if not page.robots_tags:
+            return meta
+        return meta | robots_tag_directives(page.robots_tags, self.robots_token)
+
     def follows_links(self, page: PageData, parsed: ParsedPage) -> bool:
-        """Whether the page's links may bring new pages: not when its ``<meta
-        name="robots">`` says ``nofollow`` (or ``none``) and the site obeys robots
+        """Whether the page's links may bring new pages: not when it says ``nofollow``
+        (or ``none``, see :meth:`robots_directives`) and the site obeys robots
         (``crawl.obey_robots``). Its links stay arcs to pages found by other paths.
         A task that fetches what pages link to (a link checker) asks this too."""
         if not self.settings.crawl_for(page.host).obey_robots:
             return True
-        return "nofollow" not in meta_directives(parsed.meta_robots)
+        return "nofollow" not in self.robots_directives(page, parsed)
 
     def decide_link(self, url: str, host: str) -> FoundLink | SkippedLink:
         """One absolute link of a page of ``host``: to queue (depth aside), or why not."""

@@ -211,6 +211,16 @@ def location_text(raw: str) -> str:
         return raw
 
 
+def robots_tags(exchange: HttpExchange | None) -> tuple[str, ...]:
+    """The ``X-Robots-Tag`` values of a response, each header line as sent (a line may
+    name the crawler it is for, so they are not merged)."""
+    if exchange is None:
+        return ()
+    return tuple(
+        value for name, value in exchange.response_headers if name.lower() == "x-robots-tag"
+    )
+
+
 def request_deadline(timeout_s: float) -> float:
     """Seconds one whole request (connect, headers, body) may take: ``2 × timeout_s``.
 
@@ -689,6 +699,7 @@ class Fetcher:
             elapsed=response.elapsed,
             throttle=self.settings.auto_throttle,
             exchange=response.exchange,
+            robots_tags=robots_tags(response.exchange),
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -39,7 +40,14 @@ from rccrawler.web.urls import (
     escape_pattern,
 )
 
-__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "cut_robots_body", "meta_directives", "product_token"]
+__all__ = [
+    "MAX_ROBOTS_BYTES",
+    "RobotsRules",
+    "cut_robots_body",
+    "meta_directives",
+    "product_token",
+    "robots_tag_directives",
+]
 
 MAX_ROBOTS_BYTES = 500 * 1024
 """RFC 9309 §2.5: crawlers must parse at least 500 KiB; we parse exactly that much."""
@@ -114,6 +122,35 @@ def meta_directives(meta_robots: str) -> frozenset[str]:
     if "none" in directives:
         directives |= {"noindex", "nofollow"}
     return frozenset(directives)
+
+
+_COLON_DIRECTIVES = frozenset(
+    ("unavailable_after", "max-snippet", "max-image-preview", "max-video-preview")
+)
+"""Directives written ``name: value``, which an X-Robots-Tag value may start with."""
+
+
+def robots_tag_directives(values: Sequence[str], token: str) -> frozenset[str]:
+    """The directives of a response's ``X-Robots-Tag`` headers that apply to the crawler
+    whose product token is ``token``: a value for every crawler (``noindex, nofollow``)
+    or one naming it (``rccrawler: nofollow``); one naming another crawler
+    (``otherbot: noindex``) does not. Read as :func:`meta_directives` reads a tag.
+    """
+    ours: list[str] = []
+    for value in values:
+        name, colon, rest = value.partition(":")
+        name = name.strip().lower()
+        if (
+            colon
+            and name
+            and not any(c in name for c in ", \t")
+            and (name not in _COLON_DIRECTIVES)
+        ):
+            if name == token.lower():
+                ours.append(rest)
+            continue
+        ours.append(value)
+    return meta_directives(", ".join(ours).lower()) if ours else frozenset()
 
 
 def _normalize(text: str) -> str:
