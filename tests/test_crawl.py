@@ -213,22 +213,24 @@ def test_max_depth_holds(serve, crawler):
     assert "depth" in {s["reason"] for s in graph.skipped}
 
 
-def nofollow_page(content: str, *hrefs: str) -> Resource:
+def nofollow_page(content: str, *hrefs: str, name: str = "robots") -> Resource:
     links = "".join(f'<a href="{h}">{h}</a> ' for h in hrefs)
-    head = f'<head><meta name="robots" content="{content}"></head>'
+    head = f'<head><meta name="{name}" content="{content}"></head>'
     return Resource(f"<html>{head}<body>{links}</body></html>".encode())
 
 
 NOFOLLOW_SITE = {
-    "/": html("/a", "/nf", "/none"),
+    "/": html("/a", "/nf", "/none", "/named"),
     "/a": html("/b"),
     "/b": html("/later"),
     "/later": html(text="later"),
     # Parsed at level 1, before /b (level 2) finds /later: held back, then an arc.
     "/nf": nofollow_page("NoIndex, NOFOLLOW", "/a", "/hidden", "/later", "/"),
     "/none": nofollow_page("none", "/hidden2"),
+    "/named": nofollow_page("nofollow", "/hidden3", name="rccrawler"),  # the UA's token
     "/hidden": html(text="hidden"),
     "/hidden2": html(text="hidden2"),
+    "/hidden3": html(text="hidden3"),
 }
 
 
@@ -236,11 +238,12 @@ def test_a_nofollow_page_brings_no_new_page_but_keeps_its_arcs(serve, crawler):
     server = serve({"a.test": NOFOLLOW_SITE})
     result = crawler.run(["a.test"], server.resolve, threads={"downloading": 1, "parsing": 1})
     paths = server.paths_for("a.test")
-    assert "/hidden" not in paths and "/hidden2" not in paths
-    assert sorted(paths) == sorted(["/robots.txt", "/", "/a", "/b", "/later", "/nf", "/none"])
+    assert sorted(paths) == sorted(
+        ["/robots.txt", "/", "/a", "/b", "/later", "/nf", "/none", "/named"]
+    )
     graph = result.graph("a.test")
-    assert graph.skip_reason("http://a.test/hidden") == "nofollow"
-    assert graph.skip_reason("http://a.test/hidden2") == "nofollow"
+    for hidden in ("/hidden", "/hidden2", "/hidden3"):
+        assert graph.skip_reason(f"http://a.test{hidden}") == "nofollow"
     assert graph.skip_reason("http://a.test/later") is None  # a page after all
     ids = {n["url"].removeprefix("http://a.test"): int(n["id"]) for n in graph.nodes}
     from_nf = {target for source, target in graph.arcs if source == ids["/nf"]}
@@ -253,8 +256,8 @@ def test_a_nofollow_page_brings_no_new_page_but_keeps_its_arcs(serve, crawler):
 def test_without_obey_robots_a_nofollow_page_is_followed(serve, crawler):
     server = serve({"a.test": NOFOLLOW_SITE})
     result = crawler.run(["a.test"], server.resolve, crawl={"obey_robots": False})
-    assert {"/hidden", "/hidden2"} <= set(server.paths_for("a.test"))
-    assert {"http://a.test/hidden", "http://a.test/hidden2"} <= result.graph("a.test").urls
+    assert {"/hidden", "/hidden2", "/hidden3"} <= set(server.paths_for("a.test"))
+    assert {"http://a.test/hidden", "http://a.test/hidden3"} <= result.graph("a.test").urls
 
 
 def tagged(*values: str, hrefs: tuple[str, ...] = (), text: str = "") -> Resource:

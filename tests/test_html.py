@@ -539,6 +539,15 @@ def test_several_robots_metas_are_joined(parser: str) -> None:
     assert parse_html(doc, PAGE, parser=parser).meta_robots == "noindex, nofollow"
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_a_meta_naming_the_crawler_is_read_as_robots(parser: str, full: bool) -> None:
+    doc = (b"<meta name=robots content=noarchive><meta name=RCCrawler content=NoFollow>"
+           b"<meta name=otherbot content=noindex>")  # fmt: skip
+    named = parse_html(doc, PAGE, parser=parser, full=full, robots_name="rccrawler")
+    assert named.meta_robots == "noarchive, nofollow"
+    assert parse_html(doc, PAGE, parser=parser, full=full).meta_robots == "noarchive"
+
+
 def test_svg_title_is_not_the_page_title(parser: str) -> None:
     doc = b"<body><svg><title>icon</title></svg><title>Real</title></body>"
     assert parse_html(doc, PAGE, parser=parser, full=True).title == "Real"

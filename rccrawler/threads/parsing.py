@@ -68,7 +68,7 @@ class ParsingThread(CrawlerThread):
         crawl = self.crawl
         return {"parser": self.settings.parser, "full": self.full_parse,
                 "max_links": crawl.max_links_per_page, "max_depth": crawl.max_html_depth,
-                "max_tags": crawl.max_html_tags}  # fmt: skip
+                "max_tags": crawl.max_html_tags, "robots_name": self.robots_token}  # fmt: skip
 
     def parse_page(self, page: PageData, body: bytes) -> ParsedPage:
         """Hook for crawl tasks: the page's :func:`parse_html` with :meth:`parse_options`.

@@ -62,7 +62,8 @@ class ParsedPage:
     text: str
     """Visible body text (no script/style/noscript/template), whitespace collapsed."""
     meta_robots: str
-    """Lowercased ``<meta name=robots>`` contents joined by ", " (e.g. "noindex, nofollow").
+    """Lowercased ``<meta name=robots>`` contents joined by ", " (e.g. "noindex, nofollow"),
+    and those of the ``<meta>`` naming the crawler (``robots_name``).
 
     Filled even with ``full=False``: a crawler needs "nofollow" before it follows links."""
     truncated: str = ""
@@ -476,6 +477,8 @@ class _Metas:
     """The <meta name> values, first one per name (robots: all of them)."""
 
     robots_only: bool = False
+    robot_names: tuple[str, ...] = ("robots",)
+    """The names whose contents are robots directives: ``robots``, and the crawler's own."""
     keywords: str = ""
     description: str = ""
     summary: str = ""
@@ -485,7 +488,7 @@ class _Metas:
         if not name or content is None:
             return
         name = name.strip().lower()
-        if name == "robots":
+        if name in self.robot_names:
             robots = _collapse(content).lower()
             if robots:
                 self.robots = [*(self.robots or ()), robots]
@@ -614,7 +617,8 @@ def _drop_skipped_text(skipped: Iterable[LexborNode]) -> set[int]:
     return gone
 
 
-def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
+def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None,
+                  robot_names: tuple[str, ...]) -> ParsedPage:  # fmt: skip
     tree = LexborHTMLParser(data)  # UTF-8 bytes: read as they are, without a copy
     found: defaultdict[str, list[LexborNode]] = defaultdict(list)
     for node in tree.css(_SELECTORS[full]):  # in document order
@@ -644,7 +648,7 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None)
     hrefs = _attribute_values(html_only("a[href]", found["a"]), "href")
     links, cut = _resolve_links(base_url, hrefs, max_links)
 
-    metas = _Metas(robots_only=not full)
+    metas = _Metas(robots_only=not full, robot_names=robot_names)
     for node in found["meta"]:
         attributes = node.attrs
         metas.add(attributes.get("name"), attributes.get("content"))
@@ -714,7 +718,8 @@ def _html5lib_tree(text: str) -> Element:
     return root
 
 
-def _parse_html5lib(data: bytes, page_url: str, full: bool, max_links: int | None) -> ParsedPage:
+def _parse_html5lib(data: bytes, page_url: str, full: bool, max_links: int | None,
+                    robot_names: tuple[str, ...]) -> ParsedPage:  # fmt: skip
     root = _html5lib_tree(data.decode("utf-8", "replace"))
     # html5lib keeps <template> contents in the tree; lexbor (and browsers) keep them out.
     in_template = {id(node) for tpl in root.iter("template") for node in tpl.iter()}
@@ -727,7 +732,7 @@ def _parse_html5lib(data: bytes, page_url: str, full: bool, max_links: int | Non
     hrefs = (a.get("href", "") for a in live("a") if "href" in a.attrib)
     links, cut = _resolve_links(base_url, hrefs, max_links)
 
-    metas = _Metas(robots_only=not full)
+    metas = _Metas(robots_only=not full, robot_names=robot_names)
     for node in live("meta"):
         metas.add(node.get("name"), node.get("content"))
     if not full:
@@ -750,7 +755,7 @@ def _parse_html5lib(data: bytes, page_url: str, full: bool, max_links: int | Non
 
 # --------------------------------------------------------------------------- entry point
 
-_BACKENDS: dict[str, Callable[[bytes, str, bool, int | None], ParsedPage]] = {
+_BACKENDS: dict[str, Callable[[bytes, str, bool, int | None, tuple[str, ...]], ParsedPage]] = {
     "lexbor": _parse_lexbor,
     "html5lib": _parse_html5lib,
 }
@@ -766,6 +771,7 @@ def parse_html(
     max_links: int | None = None,
     max_depth: int | None = None,
     max_tags: int | None = None,
+    robots_name: str = "",
 ) -> ParsedPage:
     """Parse a page once, with the backend ``parser`` names.
 
@@ -780,6 +786,8 @@ def parse_html(
         max_links: keep at most this many links (``crawl.max_links_per_page``); None = all.
         max_depth: flatten markup nested deeper (``crawl.max_html_depth``); None = no limit.
         max_tags: parse markup up to this many ``<`` (``crawl.max_html_tags``); None = all.
+        robots_name: a crawler's name (its product token): ``<meta name=NAME>`` then
+            counts as ``<meta name=robots>`` (as Google reads ``<meta name=googlebot>``).
 
     Returns:
         The page's :class:`ParsedPage`.
@@ -809,7 +817,8 @@ def parse_html(
         tags = data.count(b"<")
     if max_depth is not None:
         data, flattened = _limit_nesting(data, max_depth, tags)
-    page = backend(data, page_url, full, max_links)
+    robot_names = ("robots", robots_name.lower()) if robots_name else ("robots",)
+    page = backend(data, page_url, full, max_links, robot_names)
     if page.first_cut_link:
         cuts.append(f"links over {max_links} left out, from {page.first_cut_link}")
     elif cut_href:
