@@ -54,9 +54,9 @@ class SkipReason(StrEnum):
     TOO_MANY_QUERIES = "too_many_queries"
     """One more query string of a path that already has ``crawl.max_query_variants``."""
     NOFOLLOW = "nofollow"
-    """Found only on pages whose ``<meta name="robots">`` says ``nofollow`` (or ``none``),
-    with ``crawl.obey_robots``: such a page's links are arcs to pages found by other
-    paths, never a reason to fetch."""
+    """Found only on pages that say ``nofollow`` (or ``none``) in a ``<meta name="robots">``
+    tag or an ``X-Robots-Tag`` header, with ``crawl.obey_robots``: such a page's links are
+    arcs to pages found by other paths, never a reason to fetch."""
 
 
 class RobotsState(StrEnum):

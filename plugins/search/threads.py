@@ -16,7 +16,7 @@ from rccrawler.context import CrawlContext
 from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
-from rccrawler.web.robots import product_token, robots_tag_directives
+from rccrawler.web.robots import robots_tag_directives
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
@@ -122,7 +122,6 @@ class IndexingDownloadingThread(DownloadingThread):
         super().__init__(context, index)
         self.processor = text_processor(self.settings)
         self.caps = index_caps(self.settings)
-        self.robots_token = product_token(self.crawl.user_agent)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
         if result.error or result.status != 200 or is_html(result.content_type):

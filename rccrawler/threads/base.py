@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.exceptions import StateError
-from rccrawler.web.robots import RobotsRules
+from rccrawler.web.robots import RobotsRules, product_token
 
 if TYPE_CHECKING:
     from rccrawler.context import CrawlContext
@@ -41,6 +41,8 @@ class CrawlerThread(threading.Thread):
         self.stopping = context.stopping
         self.error: BaseException | None = None
         self._robots: dict[str, RobotsRules] = {}
+        self.robots_token = product_token(self.settings.crawl.user_agent)
+        """The crawler's name in robots rules: its User-Agent's product token."""
         self._scopes: dict[str, ScopeRules] = {}
 
     def run(self) -> None:

@@ -9,7 +9,7 @@ from rccrawler.policy import scope_skip
 from rccrawler.records import FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.web.html import ParsedPage, parse_html
-from rccrawler.web.robots import meta_directives, product_token, robots_tag_directives
+from rccrawler.web.robots import meta_directives, robots_tag_directives
 from rccrawler.web.urls import link_scope, normalize_url, request_url
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ class ParsingThread(CrawlerThread):
         self.options = crawl.normalize_options
         self.query_variants = context.query_variants
         self.decisions = context.link_decisions
-        self.robots_token = product_token(crawl.user_agent)
 
     def step(self) -> bool:
         item = self.data.take_for_parsing()
