@@ -109,15 +109,17 @@ def product_token(user_agent: str) -> str:
 _META_SEPARATORS = re.compile(r"[\s,]+")
 
 
-@lru_cache(maxsize=64)
 def meta_directives(meta_robots: str) -> frozenset[str]:
     """The directives of a page's ``<meta name="robots">`` contents (as
     ``ParsedPage.meta_robots`` holds them, lowercased): ``none`` stands for both
     ``noindex`` and ``nofollow``, as the robots meta tag's spec (Google's) defines it.
 
     A crawl follows no link of a ``nofollow`` page (``crawl.obey_robots``), and the
-    search task indexes no ``noindex`` page. Cached: most pages of a site say the same.
+    search task indexes no ``noindex`` page. Not cached: a page's tag can be as long
+    as the page, and most pages have none.
     """
+    if not meta_robots:
+        return frozenset()
     directives = set(_META_SEPARATORS.split(meta_robots.strip())) - {""}
     if "none" in directives:
         directives |= {"noindex", "nofollow"}
