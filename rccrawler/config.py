@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -233,8 +233,9 @@ def machine_limits() -> dict[str, int]:
 
 
 _TOP_KEYS = {
-    "manager", "sites", "state_dir", "output_dir", "threads", "crawl", "storage", "parser",
-    "downloading_thread", "parsing_thread", "routine_thread", "finisher", "unloaders", "name",
+    "manager", "sites", "sites_file", "state_dir", "output_dir", "threads", "crawl", "storage",
+    "parser", "downloading_thread", "parsing_thread", "routine_thread", "finisher",
+    "unloaders", "name",
 }  # fmt: skip
 
 
@@ -361,24 +362,58 @@ def _check_proxy(proxy: str) -> None:
         raise ConfigError("crawl.proxy", f"{what} (no host)")
 
 
-def _sites(raw: object, crawl: object) -> tuple[tuple[str, ...], dict[str, CrawlSettings]]:
+MAX_SITES_FILE_BYTES = 64 * 1024 * 1024
+"""A ``sites_file`` larger than this is refused (about a million start URLs)."""
+
+
+def _sites_file(raw: object) -> list[tuple[str, object]]:
+    """The entries of ``sites_file:``, one site per line as ``sites:`` takes them (a
+    domain name or a start URL); blank lines and lines starting with ``#`` are left out.
+    Each is named by its line, so an error says where: ``sites_file seeds.txt:3``."""
+    if raw is None:
+        return []
+    path = _path("sites_file", raw, Path())
+    try:
+        if path.stat().st_size > MAX_SITES_FILE_BYTES:
+            raise ConfigError("sites_file", f"{path} is over {MAX_SITES_FILE_BYTES} bytes")
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("sites_file", f"{path} is not UTF-8 text: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError("sites_file", f"cannot read {path}: {exc.strerror or exc}") from exc
+    entries: list[tuple[str, object]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        site = line.strip()
+        if site and not site.startswith("#"):  # a URL may hold a "#": no comment after it
+            entries.append((f"sites_file {path}:{number}", site))
+    if not entries:
+        raise ConfigError("sites_file", f"{path} holds no site (one domain or URL a line)")
+    return entries
+
+
+def _sites(
+    raw: object, crawl: object, from_file: Sequence[tuple[str, object]] = ()
+) -> tuple[tuple[str, ...], dict[str, CrawlSettings]]:
     """The start URLs, and the crawl settings of the sites that override ``crawl:`` keys.
 
-    An override is the ``crawl:`` section with the entry's keys replaced, validated
-    like it (so an error names ``sites[1].crawl.max_depth``).
+    ``from_file`` are the entries of ``sites_file:``, after those of ``sites:``. An
+    override is the ``crawl:`` section with the entry's keys replaced, validated like it
+    (so an error names ``sites[1].crawl.max_depth``).
     """
     from rccrawler.web.urls import host_of, site_start_url
 
-    if raw is None:
-        raise ConfigError("sites", "is required: a list of domain names or start URLs")
+    if raw is None and not from_file:
+        raise ConfigError(
+            "sites", "is required: a list of domain names or start URLs (or a sites_file)"
+        )
     if isinstance(raw, str):
         raw = [raw]
-    if not isinstance(raw, list) or not raw:
+    if raw is not None and (not isinstance(raw, list) or not raw):
         raise ConfigError("sites", "must be a non-empty list of domain names or start URLs")
+    entries = [(f"sites[{index}]", site) for index, site in enumerate(raw or ())]
     sites: list[str] = []
     overrides: dict[str, CrawlSettings] = {}
-    for index, site in enumerate(raw):
-        key = f"sites[{index}]"
+    for key, site in [*entries, *from_file]:
         own: object = None
         if isinstance(site, dict):
             for extra in site:
@@ -397,7 +432,7 @@ def _sites(raw: object, crawl: object) -> tuple[tuple[str, ...], dict[str, Crawl
             raise ConfigError(key, str(exc)) from exc
         sites.append(url)
         if own is not None:
-            prefix = f"sites[{index}].crawl"
+            prefix = f"{key.removesuffix('.url')}.crawl"
             if not isinstance(own, dict):
                 raise ConfigError(prefix, f"must be a mapping, not {type(own).__name__}")
             for name in own:
@@ -483,7 +518,8 @@ def settings_from_mapping(
     if not isinstance(name, str) or len(name) > 200 or any(ord(c) < 32 for c in name):
         raise ConfigError("name", "must be a string of at most 200 printable characters")
     crawl = _crawl_settings(raw.get("crawl"))
-    sites, site_crawl = _sites(raw.get("sites"), raw.get("crawl"))
+    from_file = _sites_file(raw.get("sites_file"))
+    sites, site_crawl = _sites(raw.get("sites"), raw.get("crawl"), from_file)
     return Settings(
         name=name,
         sites=sites,

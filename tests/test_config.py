@@ -190,3 +190,70 @@ def test_garbage_cookies_txt_is_a_warning_and_the_crawl_goes_on(tmp_path, serve)
     assert "Traceback" not in proc.stderr
     assert "cookies of the last run could not be read" in proc.stderr
     assert (tmp_path / "out" / "a.test.nodes.csv").exists()
+
+
+# -- sites_file: a seeds file -----------------------------------------------------
+
+
+def test_a_sites_file_adds_one_site_a_line_after_the_sites(tmp_path):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("\ufeff# seeds of the crawl\nb.test\n\n  https://c.test/start#top  \n"
+                     "   # an indented comment\nd.test:8080\n", encoding="utf-8")  # fmt: skip
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, "sites_file": str(seeds)}))
+    _manager, settings = load_settings(path)
+    assert settings.sites == ("http://a.test/", "http://b.test/", "https://c.test/start",
+                              "http://d.test:8080/")  # fmt: skip
+
+
+def test_a_sites_file_alone_is_enough(tmp_path):
+    (tmp_path / "seeds.txt").write_text("a.test\n")
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({"sites_file": "seeds.txt"}))
+    cwd = Path.cwd()
+    os.chdir(tmp_path)  # relative to the working directory, as state_dir is
+    try:
+        assert load_settings(path)[1].sites == ("http://a.test/",)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        (None, "sites_file"),  # no such file
+        (b"# only a comment\n\n", "sites_file"),
+        (b"b.test\n\xff\xfe not utf-8\n", "sites_file"),
+        (b"b.test\n\nnot a host\n", "sites_file {seeds}:3"),
+    ],
+    ids=["missing", "no site", "not utf-8", "bad line"],
+)
+def test_a_bad_sites_file_exits_2_naming_where(tmp_path, content, key):
+    seeds = tmp_path / "seeds.txt"
+    if content is not None:
+        seeds.write_bytes(content)
+    settings = {"sites_file": str(seeds), "crawl": {"crawl_delay_ms": 0}}
+    path = tmp_path / "settings.yaml"
+    path.write_text(yaml.safe_dump({**settings, "state_dir": str(tmp_path / "state"),
+                                    "output_dir": str(tmp_path / "out")}))  # fmt: skip
+    proc = run_cli("--config", str(path), "--no-tui", cwd=tmp_path)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"rccrawler: bad config: {key.format(seeds=seeds)}:"), lines[0]
+    assert not (tmp_path / "state").exists() and not (tmp_path / "out").exists()
+
+
+def test_sites_added_to_the_sites_file_are_crawled_on_resume(serve, crawler, tmp_path):
+    server = serve({host: {"/": Resource(f"<a href='/x'>{host}</a>".encode()),
+                           "/x": Resource(f"{host} x".encode())}
+                    for host in ("a.test", "b.test", "c.test")})  # fmt: skip
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("b.test\n")
+    first = crawler.run(["a.test"], server.resolve, sites_file=str(seeds))
+    assert first.finished and sorted(first.report["sites"]) == ["a.test", "b.test"]
+    seeds.write_text("b.test\nc.test\n")
+    again = crawler.run(["a.test"], server.resolve, sites_file=str(seeds))
+    assert sorted(again.report["sites"]) == ["a.test", "b.test", "c.test"]
+    assert sorted(server.paths_for("c.test")) == ["/", "/robots.txt", "/x"]
+    assert server.paths_for("a.test").count("/x") == 1  # nothing crawled twice
