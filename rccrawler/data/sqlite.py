@@ -156,13 +156,18 @@ class SQLiteDataManager(SQLDataManager):
         self.synchronous = synchronous.upper()
         self._robots_pending = 0
         """Hosts whose robots.txt is PENDING (read without the lock as a hint)."""
+        self._robots_queue: dict[str, None] = {}
+        """The hosts whose robots.txt is PENDING, in the order they came."""
+        self._candidates: deque[str] = deque()
+        """Hosts that may have a page to lease (robots read, pages waiting), in turn: a
+        take looks at these, not at every host of the crawl (thousands of sites)."""
+        self._candidate_set: set[str] = set()
         self._due_in_s = 0.0
         """Seconds until the soonest host becomes due, as the last take saw it."""
         self._db: sqlite3.Connection | None = None
         self._hosts: dict[str, HostData] = {}
         self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
         self._next_id = 1
-        self._rotation = 0
         self._group_open = False
         """Whether a group transaction is open (read without the lock as a hint)."""
         self._group_started = 0.0
@@ -340,7 +345,7 @@ class SQLiteDataManager(SQLDataManager):
         row = db.execute("SELECT max(id) FROM pages").fetchone()
         self._next_id = (row[0] or 0) + 1
         self._load_deep_links(db.cursor())
-        self._count_robots()
+        self._queue_all()
 
     def recover(self) -> int:
         with self._atomic() as db:
@@ -359,7 +364,7 @@ class SQLiteDataManager(SQLDataManager):
                 # The last request before a crash may have been just now.
                 host.next_fetch_at = max(host.next_fetch_at, now + host.crawl_delay)
                 self._save_host(db, host)
-            self._count_robots()
+            self._queue_all()
             return moved
 
     # -- the dialect's hooks ---------------------------------------------------
@@ -398,7 +403,7 @@ class SQLiteDataManager(SQLDataManager):
     def _insert_host(self, cur: Cursor, host: HostData) -> None:
         super()._insert_host(cur, host)
         self._hosts[host.host] = host
-        self._count_robots()
+        self._queue_host(host)
 
     def _save_politeness(self, cur: Cursor, host: HostData) -> None:
         live = self._hosts[host.host]
@@ -415,6 +420,7 @@ class SQLiteDataManager(SQLDataManager):
         old = page.state
         if new is PageState.WAITING:
             self._queued(page.host, page.level, page.id)
+            self._add_candidate(page.host)
         counters.by_state[old] -= 1
         counters.by_state[new] += 1
         was_busy, busy = old in LEASED_STATES, new in LEASED_STATES
@@ -448,6 +454,7 @@ class SQLiteDataManager(SQLDataManager):
         counters = self._counters[host]
         counters.admitted += count
         counters.by_state[PageState.WAITING] += count
+        self._add_candidate(host)
 
     def _on_budget_hit(self, cur: Cursor, host: str) -> None:
         if not self._counters[host].budget_hit:
@@ -479,21 +486,40 @@ class SQLiteDataManager(SQLDataManager):
                 raise StateError(f"cannot read the crawl state {self.path}: {exc}") from exc
 
     # -- claiming work (in memory, under the lock) ------------------------------------
-    def _count_robots(self) -> None:
-        self._robots_pending = sum(
-            1 for host in self._hosts.values() if host.robots_state is RobotsState.PENDING
-        )
+    def _queue_all(self) -> None:
+        """Both queues from every host (at open and recovery; lock held or not needed)."""
+        self._robots_queue = {}
+        self._candidates.clear()
+        self._candidate_set.clear()
+        for host in self._hosts.values():
+            self._queue_host(host)
+
+    def _queue_host(self, host: HostData) -> None:
+        """Queue a host for its robots.txt, or as a candidate for leases."""
+        if host.robots_state is RobotsState.PENDING:
+            self._robots_queue[host.host] = None
+            self._robots_pending = len(self._robots_queue)
+        elif host.robots_state is RobotsState.READY:
+            self._add_candidate(host.host)
+
+    def _add_candidate(self, host: str) -> None:
+        """A host may have pages to lease now (lock held)."""
+        if host not in self._candidate_set:
+            self._candidate_set.add(host)
+            self._candidates.append(host)
 
     def take_robots(self) -> HostData | None:
         if not self._robots_pending:
             return None  # every downloader asks on every step: skip the lock
         with self._lock:  # memory only: nothing to commit
             now = self.clock()
-            for host in self._hosts.values():
-                if host.robots_state is RobotsState.PENDING and host.next_fetch_at <= now:
+            for name in self._robots_queue:
+                host = self._hosts[name]
+                if host.next_fetch_at <= now:
                     host.robots_state = RobotsState.FETCHING
                     host.next_fetch_at = now + host.crawl_delay
-                    self._count_robots()
+                    del self._robots_queue[name]
+                    self._robots_pending = len(self._robots_queue)
                     return replace(host)
             return None
 
@@ -502,7 +528,7 @@ class SQLiteDataManager(SQLDataManager):
     ) -> None:
         super().store_robots(host, status, text, crawl_delay, blocked=blocked)
         with self._lock:
-            self._count_robots()
+            self._add_candidate(host)
 
     def hosts(self) -> list[HostData]:
         with self._lock:
@@ -522,18 +548,21 @@ class SQLiteDataManager(SQLDataManager):
             return None  # the parsers are behind: let them catch up first
         with self._lock:
             now = self.clock()
-            hosts = list(self._hosts.values())
             self._due_in_s = 1.0
-            if not hosts:
-                return None
-            self._rotation = (self._rotation + 1) % len(hosts)
-            for host in hosts[self._rotation :] + hosts[: self._rotation]:
+            candidates = self._candidates
+            # Each host in turn, from where the last take stopped: a host that has nothing
+            # to lease leaves the queue (a page becoming waiting puts it back).
+            for _ in range(len(candidates)):
+                host = self._hosts[candidates[0]]
                 counters = self._counters[host.host]
                 if (
                     host.robots_state is not RobotsState.READY
                     or counters.by_state[PageState.WAITING] <= 0
-                    or host.in_flight >= host.max_downloads_at_time
                 ):
+                    self._candidate_set.discard(candidates.popleft())
+                    continue
+                candidates.rotate(-1)
+                if host.in_flight >= host.max_downloads_at_time:
                     continue
                 due = max(host.next_fetch_at, host.retry_after_until)
                 if due > now:
