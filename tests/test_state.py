@@ -56,3 +56,31 @@ def test_fresh_removes_a_killed_save_s_temporary_file(tmp_path: Path) -> None:
         (tmp_path / name).write_text("not rccrawler's")
     discard_state_files(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{COOKIE_FILE}.backup.tmp", "mine.txt"]
+
+
+def test_fresh_finds_the_files_unloaders_declare_and_only_those(tmp_path: Path) -> None:
+    from rccrawler.commands.fresh import owned_output_files
+    from rccrawler.unloaders import ResultUnloader
+
+    class Graph(ResultUnloader):
+        output_names = ("{stem}.nodes.csv", "report.json")
+
+    class Archive(ResultUnloader):
+        output_names = ("{stem}.*.warc.gz",)
+
+    ours = [
+        "a.test.nodes.csv",
+        "report.json",
+        "[__1]_8080.nodes.csv",
+        "a.test.00001.warc.gz",
+        ".a.test.nodes.csv.k3x9_a0q",
+        ".report.json.abcd1234",
+        ".b.test.2.warc.gz.x1y2z3w4",
+    ]
+    theirs = ["c.test.nodes.csv", "a.test.nodes.csv.bak", "notes.txt", "x.a.test.1.warc.gz",
+              "[_1]_8080.nodes.csv", ".a.test.nodes.csv", "a.test.warc.gz"]  # fmt: skip
+    for name in ours + theirs:
+        (tmp_path / name).write_text(name)
+    (tmp_path / "b.test.nodes.csv").mkdir()  # a folder is never ours
+    found = owned_output_files((Graph, Archive), tmp_path, {"a.test", "b.test", "[::1]:8080"})
+    assert sorted(path.name for path in found) == sorted(ours)

@@ -9,7 +9,13 @@ the stop request, the run log) and the output files its unloaders declare
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import logging
+import os
+import re
+from collections import defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rccrawler.data.runlog import RunLog
@@ -18,8 +24,6 @@ from rccrawler.unloaders import ResultUnloader, host_file_stem
 from rccrawler.web.urls import host_of
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from rccrawler.config import Settings
     from rccrawler.manager import ApplicationManager
 
@@ -69,6 +73,10 @@ def crawl_hosts(manager_cls: type[ApplicationManager], settings: Settings) -> se
     return hosts
 
 
+_MAGIC = re.compile(r"[*?\[]")
+"""Where a glob's wildcards begin (as glob.has_magic finds them)."""
+
+
 def owned_output_files(
     unloaders: tuple[type[ResultUnloader], ...], output_dir: Path, hosts: set[str]
 ) -> list[Path]:
@@ -78,17 +86,42 @@ def owned_output_files(
     for cls in unloaders:
         for pattern in cls.output_names:
             if "{stem}" in pattern:
-                names.update(pattern.format(stem=host_file_stem(host)) for host in hosts)
+                # An IPv6 host's stem holds "[": a file name, not a wildcard.
+                names.update(
+                    pattern.format(stem=glob.escape(host_file_stem(host))) for host in hosts
+                )
             else:
                 names.add(pattern)
     if not output_dir.is_dir():
         return []
-    found: set[Path] = set()
-    for name in names:
-        # A name may be a glob (e.g. "{stem}.*.warc.gz"); atomic_write's leftovers are
-        # ".<name>.<random>".
-        for pattern in (name, f".{name}.*"):
-            found.update(p for p in output_dir.glob(pattern) if p.is_file() or p.is_symlink())
+    # One listing of the folder for all the names: a glob per name read the folder once
+    # per name, and a crawl of 2,000 sites writes 8,000 files (a minute, quadratic).
+    exact = {name for name in names if not glob.has_magic(name)}
+    patterns: defaultdict[str, list[str]] = defaultdict(list)
+    """Names that are globs (e.g. "{stem}.*.warc.gz"), by the text before their first
+    wildcard, so that a file is tried only against those its name starts with."""
+    for name in names - exact:
+        patterns[_MAGIC.split(name, 1)[0]].append(name)
+
+    def owned(name: str) -> bool:
+        if name in exact:
+            return True
+        return any(
+            fnmatch.fnmatchcase(name, pattern)
+            for end in range(len(name) + 1)
+            for pattern in patterns.get(name[:end], ())
+        )
+
+    found = []
+    with os.scandir(output_dir) as entries:
+        for entry in entries:
+            name = entry.name
+            # atomic_write's leftovers are ".<name>.<random>" (mkstemp's letters, no dot).
+            leftover = name[1:].rpartition(".")[0] if name.startswith(".") else ""
+            if (owned(name) or (leftover and owned(leftover))) and (
+                entry.is_file() or entry.is_symlink()
+            ):
+                found.append(Path(entry.path))
     return sorted(found)
 
 
