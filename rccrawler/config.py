@@ -408,7 +408,7 @@ def _sites(
         )
     if isinstance(raw, str):
         raw = [raw]
-    if raw is not None and (not isinstance(raw, list) or not raw):
+    if raw is not None and (not isinstance(raw, list) or not (raw or from_file)):
         raise ConfigError("sites", "must be a non-empty list of domain names or start URLs")
     entries = [(f"sites[{index}]", site) for index, site in enumerate(raw or ())]
     sites: list[str] = []

@@ -209,11 +209,12 @@ def test_a_sites_file_adds_one_site_a_line_after_the_sites(tmp_path):
 def test_a_sites_file_alone_is_enough(tmp_path):
     (tmp_path / "seeds.txt").write_text("a.test\n")
     path = tmp_path / "settings.yaml"
-    path.write_text(yaml.safe_dump({"sites_file": "seeds.txt"}))
     cwd = Path.cwd()
     os.chdir(tmp_path)  # relative to the working directory, as state_dir is
     try:
-        assert load_settings(path)[1].sites == ("http://a.test/",)
+        for settings in ({"sites_file": "seeds.txt"}, {"sites": [], "sites_file": "seeds.txt"}):
+            path.write_text(yaml.safe_dump(settings))
+            assert load_settings(path)[1].sites == ("http://a.test/",)
     finally:
         os.chdir(cwd)
 
