@@ -154,10 +154,9 @@ class SQLiteDataManager(SQLDataManager):
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad synchronous mode {synchronous!r}")
         self.synchronous = synchronous.upper()
-        self._robots_pending = 0
-        """Hosts whose robots.txt is PENDING (read without the lock as a hint)."""
         self._robots_queue: dict[str, None] = {}
-        """The hosts whose robots.txt is PENDING, in the order they came."""
+        """The hosts whose robots.txt is PENDING, in the order they came (its emptiness is
+        read without the lock as a hint)."""
         self._candidates: deque[str] = deque()
         """Hosts that may have a page to lease (robots read, pages waiting), in turn: a
         take looks at these, not at every host of the crawl (thousands of sites)."""
@@ -498,7 +497,6 @@ class SQLiteDataManager(SQLDataManager):
         """Queue a host for its robots.txt, or as a candidate for leases."""
         if host.robots_state is RobotsState.PENDING:
             self._robots_queue[host.host] = None
-            self._robots_pending = len(self._robots_queue)
         elif host.robots_state is RobotsState.READY:
             self._add_candidate(host.host)
 
@@ -509,7 +507,7 @@ class SQLiteDataManager(SQLDataManager):
             self._candidates.append(host)
 
     def take_robots(self) -> HostData | None:
-        if not self._robots_pending:
+        if not self._robots_queue:
             return None  # every downloader asks on every step: skip the lock
         with self._lock:  # memory only: nothing to commit
             now = self.clock()
@@ -519,7 +517,6 @@ class SQLiteDataManager(SQLDataManager):
                     host.robots_state = RobotsState.FETCHING
                     host.next_fetch_at = now + host.crawl_delay
                     del self._robots_queue[name]
-                    self._robots_pending = len(self._robots_queue)
                     return replace(host)
             return None
 
