@@ -4,7 +4,8 @@
 
 A crawl of "a set of sites" may start from thousands of seeds. Every
 site here is a host of its own on the tests' loopback server (``crawl.resolve``), with
-``--pages`` pages linking to each other, so the crawl makes ``sites × (pages + 1)``
+``--pages`` generated pages (the tests' ``generated_site``: the start page links to all
+the others), so the crawl makes ``sites × (pages + 1)``
 requests (robots.txt included). The crawler runs as its own process
 (``python -m rccrawler``), the server in this one. With ``--against TREE`` (another
 checkout of rccrawler) each run of this tree is paired with one of that tree, A B A B,
@@ -25,17 +26,10 @@ from pathlib import Path
 
 import yaml
 from common import vm_hwm_kb
-from support.loopback import Resource, Site, serve_sites
+from support.loopback import serve_sites
+from support.sites import generated_site
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def small_site(host: str, pages: int) -> Site:
-    """``pages`` pages that all link to each other; each body names its page."""
-    paths = ["/", *(f"/p{n}" for n in range(1, pages))]
-    links = "".join(f'<a href="{path}">{path}</a> ' for path in paths)
-    return {path: Resource(f"<html><body>{host} {path} {links}</body></html>".encode())
-            for path in paths}  # fmt: skip
 
 
 def crawl_once(tree: Path, folder: Path, settings: Path) -> dict[str, float]:
@@ -76,7 +70,9 @@ def main() -> int:
     if args.against is not None:
         trees.append((str(args.against), args.against.resolve()))
     with (
-        serve_sites({host: small_site(host, args.pages) for host in hosts}) as server,
+        serve_sites(
+            {host: generated_site(host, args.pages, fanout=args.pages) for host in hosts}
+        ) as server,
         tempfile.TemporaryDirectory() as tmp,
     ):
         folder = Path(tmp)
