@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import gc
 import logging
@@ -28,13 +27,12 @@ def tune_malloc() -> bool:
     Returns:
         False where the C library is not glibc (nothing changed).
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
+    libc = _libc()
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+        mallopt = libc.mallopt if libc is not None else None
+    except AttributeError:
+        mallopt = None
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
@@ -75,13 +73,23 @@ def release_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
+    libc = _libc()
     try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
+        trim = libc.malloc_trim if libc is not None else None
+    except AttributeError:
+        return None
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return trim
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library the interpreter runs on, from its own symbols (``dlopen(NULL)``):
+    ``ctypes.util.find_library`` would run ``ldconfig`` in a subprocess at every start."""
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from crawling import wait_until
+from crawling import child_pids, process_alive, wait_until
 from support.sites import GeneratedSite, page_path
 from support.terminal import TerminalSession
 
@@ -311,7 +311,7 @@ def test_an_answer_that_cannot_be_read_lets_the_worker_go(site_settings):
             worker.call(len, "four")
     finally:
         worker.close()
-    assert worker.pid is not None and not _alive(worker.pid)
+    assert worker.pid is not None and not process_alive(worker.pid)
 
 
 def test_a_closing_thread_reads_the_answers_to_the_pages_it_sent(site_settings):
@@ -401,7 +401,7 @@ def test_a_forked_worker_holds_none_of_the_crawl_s_files(site_settings, tmp_path
     worker = IndexWorker(settings, fork=True)
     try:
         assert worker.ready(wait=READY_WAIT)
-        assert worker.pid is not None and _alive(worker.pid)
+        assert worker.pid is not None and process_alive(worker.pid)
         held = _open_files(worker.pid)
         assert str(tmp_path / "lock") not in held.values()
         assert [fd for fd in held if fd > 2] == [fd for fd, what in held.items() if
@@ -431,23 +431,6 @@ def test_workers_are_forks_only_of_a_process_with_one_thread():
     assert out.stdout.split() == ["True", "False"]
 
 
-def _children(pid: int) -> set[int]:
-    """The processes ``pid`` started (Linux: /proc/<pid>/task/*/children)."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
     serve, crawler, tmp_path
 ):
@@ -469,12 +452,12 @@ def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
     try:
         # Bounds, not measures: the crawl is under way and its workers are up.
         assert server.wait_for_hits(hits + 300, timeout=60, alive=lambda: proc.poll() is None)
-        workers = _children(proc.pid)
+        workers = child_pids(proc.pid)
         assert len(workers) >= 2
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=10)
-    assert wait_until(lambda: not any(map(_alive, workers)), timeout=30, interval=0.05)
+    assert wait_until(lambda: not any(map(process_alive, workers)), timeout=30, interval=0.05)
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert _stored(config)["docs"] == _stored(reference)["docs"]

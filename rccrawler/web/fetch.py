@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
@@ -35,12 +35,14 @@ from urllib3.exceptions import (
     ReadTimeoutError,
     SSLError,
 )
+from urllib3.util.retry import Retry
 
 from rccrawler.exceptions import FetchError
 from rccrawler.records import DownloadResult, HttpExchange
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
+    from rccrawler.web.fetch_process import FetchProcess
 logger = logging.getLogger(__name__)
 
 
@@ -365,17 +367,19 @@ class _Watchdog:
             due.expire()
 
 
-@contextlib.contextmanager
-def _deadline_scope(watchdog: _Watchdog, at: float) -> Iterator[_Deadline]:
-    """Make ``at`` the deadline of every socket this thread uses inside the block."""
+def _start_deadline(watchdog: _Watchdog, at: float) -> _Deadline:
+    """Make ``at`` the deadline of every socket this thread uses until
+    :func:`_end_deadline` (two plain calls, not a generator-based context manager: this
+    runs once per request)."""
     deadline = _Deadline(at)
     _current.deadline = deadline
     watchdog.watch(deadline)
-    try:
-        yield deadline
-    finally:
-        _current.deadline = None
-        deadline.finish()
+    return deadline
+
+
+def _end_deadline(deadline: _Deadline) -> None:
+    _current.deadline = None
+    deadline.finish()
 
 
 _current = threading.local()
@@ -429,6 +433,28 @@ class _GuardedHTTPSConnectionPool(urllib3.HTTPSConnectionPool):
 
 
 _GUARDED_POOLS = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
+
+LOCAL = object()
+"""What :meth:`Fetcher._in_helper` returns when the helper process is gone."""
+_NO_RETRIES = Retry(total=False, redirect=False)
+"""What urllib3 makes of ``retries=False`` on every call, made once (it is immutable)."""
+_POOLS_KEPT = 1024
+"""Hosts whose pool a Fetcher remembers; past that it forgets them all (the PoolManager
+keeps its own, fewer)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _authority(scheme: str, netloc: str) -> tuple[str, int, str]:
+    """A URL's host as the settings name it (lowercase, no final dot: "a.test." must not
+    slip past crawl.resolve), its port, and its host as urllib3 connects to it; cached:
+    a crawl's URLs share a few authorities.
+
+    Raises:
+        ValueError: an authority urllib.parse refuses ("[::1", a port that is no number).
+    """
+    parts = urlsplit(f"{scheme}://{netloc}")
+    host = (parts.hostname or "").lower().rstrip(".")
+    return host, parts.port or (443 if scheme == "https" else 80), parts.hostname or ""
 
 
 class Fetcher:
@@ -499,12 +525,45 @@ class Fetcher:
             self.pool = urllib3.PoolManager(**pool_kwargs)  # type: ignore[arg-type]
         # Our connection classes report their sockets to the request's deadline.
         self.pool.pool_classes_by_scheme = _GUARDED_POOLS
+        self._pools: dict[tuple[str, int, str], urllib3.HTTPConnectionPool] = {}
+        self._process: FetchProcess | None = None
         self.request_deadline_s = request_deadline(settings.timeout_s)
         self.watchdog = _Watchdog()
 
+    def start_process(self, channels: int) -> None:
+        """Make this fetcher's exchanges in a forked helper process from now on, with
+        ``channels`` requests in flight at most (``threads.fetch_process``; see
+        :mod:`rccrawler.web.fetch_process`). Call it before this process starts any
+        thread: a fork copies the locks other threads hold."""
+        from rccrawler.web.fetch_process import FetchProcess
+
+        if self._process is None:
+            self._process = FetchProcess(self, channels)
+
+    @property
+    def in_process(self) -> bool:
+        """Whether a helper process makes the exchanges (and holds the live cookie jar)."""
+        return self._process is not None and not self._process.gone
+
     def close(self) -> None:
+        if self._process is not None:
+            self._process.close()
         self.watchdog.close()
+        self._pools.clear()
         self.pool.clear()
+
+    def _in_helper(self, method: str, url: str, on_send: Callable[[], None] | None,
+                   kwargs: dict[str, object]) -> object:  # fmt: skip
+        """``method`` in the helper process, or :data:`LOCAL` when it is gone."""
+        from rccrawler.web.fetch_process import HelperGone
+
+        assert self._process is not None
+        if on_send is not None:
+            on_send()
+        try:
+            return self._process.call(method, url, kwargs)
+        except HelperGone:
+            return LOCAL
 
     def get(
         self,
@@ -524,16 +583,22 @@ class Fetcher:
         Raises:
             FetchError: a transport failure, with whether to retry.
         """
+        if self._process is not None and not self._process.gone:
+            answer = self._in_helper("get", url, on_send, {
+                "referer": referer, "max_bytes": max_bytes, "method": method, "headers": headers,
+            })  # fmt: skip
+            if answer is not LOCAL:
+                assert isinstance(answer, Response)
+                return answer
+            on_send = None  # called already
         max_bytes = self.settings.max_body_bytes if max_bytes is None else max_bytes
         try:
             parts = urlsplit(url)
             scheme = parts.scheme.lower()
-            # "a.test." is "a.test" (the root label): it must not slip past crawl.resolve.
-            host = (parts.hostname or "").lower().rstrip(".")
-            port = parts.port or (443 if scheme == "https" else 80)
+            host, port, address = _authority(scheme, parts.netloc)
         except ValueError as exc:  # "http://[::1", a port that is not a number
             raise FetchError("bad_url", str(exc), retryable=False) from exc
-        headers = {**self.headers, **(headers or {})}
+        headers = {**self.headers, **headers} if headers else self.headers.copy()
         referer = referer_header(referer, url)
         if referer:
             headers["Referer"] = referer
@@ -545,28 +610,21 @@ class Fetcher:
         if parts.query:
             target += "?" + parts.query
         started = time.monotonic()
-        with _deadline_scope(self.watchdog, started + self.request_deadline_s) as deadline:
-            try:
-                resp, body, truncated = self._send(
-                    url,
-                    parts.netloc,
-                    scheme,
-                    host,
-                    port,
-                    target,
-                    headers,
-                    max_bytes,
-                    on_send,
-                    method,
-                    address=parts.hostname or "",
-                )
-            except FetchError as exc:
-                if deadline.expired:
-                    raise FetchError("timeout", f"{url}: over the request deadline",
-                                     retryable=True) from exc  # fmt: skip
-                raise
-            if deadline.expired:  # a body without a length just ends when cut
-                raise FetchError("timeout", f"{url}: over the request deadline", retryable=True)
+        deadline = _start_deadline(self.watchdog, started + self.request_deadline_s)
+        try:
+            resp, body, truncated = self._send(
+                url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send,
+                method, address=address,
+            )  # fmt: skip
+        except FetchError as exc:
+            if deadline.expired:
+                raise FetchError("timeout", f"{url}: over the request deadline",
+                                 retryable=True) from exc  # fmt: skip
+            raise
+        finally:
+            _end_deadline(deadline)
+        if deadline.expired:  # a body without a length just ends when cut
+            raise FetchError("timeout", f"{url}: over the request deadline", retryable=True)
         received = tuple(resp.headers.items())  # one pass over urllib3's header dict
         response_headers = {k.lower(): v for k, v in received}
         if self.cookie_jar is not None:
@@ -585,6 +643,20 @@ class Fetcher:
             truncated=truncated,
             elapsed=time.monotonic() - started,
         )
+
+    def _connection_pool(self, address: str, port: int, scheme: str) -> urllib3.HTTPConnectionPool:
+        """urllib3's pool for a host, looked up once per host, not per request: the
+        PoolManager builds and normalizes a key under its lock for every lookup. A pool
+        the manager has since closed (it keeps the ``num_pools`` most recent) is looked
+        up again."""
+        key = (address, port, scheme)
+        pool = self._pools.get(key)
+        if pool is None or pool.pool is None:  # None: closed by the manager
+            pool = self.pool.connection_from_host(address, port, scheme)
+            if len(self._pools) >= _POOLS_KEPT:
+                self._pools.clear()
+            self._pools[key] = pool
+        return pool
 
     def _send(
         self,
@@ -608,7 +680,7 @@ class Fetcher:
         try:
             if on_send is not None:
                 on_send()
-            mapped = self.resolve.get(f"{host}:{port}")
+            mapped = self.resolve.get(f"{host}:{port}") if self.resolve else None
             if mapped is not None and not self.settings.proxy:
                 # Connect to the mapped address, but speak to the named host: Host
                 # header, SNI and the certificate check all use the name (curl --resolve).
@@ -625,15 +697,15 @@ class Fetcher:
             else:
                 # What PoolManager.urlopen would do, from the URL already split: it
                 # would parse the URL again, for its pool and for the target.
-                conn = self.pool.connection_from_host(address, port, scheme)
+                conn = self._connection_pool(address, port, scheme)
             if conn is None:
                 resp = self.pool.urlopen(
-                    method, url, headers=headers, redirect=False, retries=False,
+                    method, url, headers=headers, redirect=False, retries=_NO_RETRIES,
                     preload_content=False, timeout=self.timeout,
                 )  # fmt: skip
             else:
                 resp = conn.urlopen(
-                    method, target, headers=headers, redirect=False, retries=False,
+                    method, target, headers=headers, redirect=False, retries=_NO_RETRIES,
                     preload_content=False, assert_same_host=False, timeout=self.timeout,
                 )  # fmt: skip
             truncated = False
@@ -666,6 +738,14 @@ class Fetcher:
 
         ``headers`` are a site's own extra request headers (``sites:`` overrides).
         """
+        if self._process is not None and not self._process.gone:
+            answer = self._in_helper("download", url, on_send, {
+                "referer": referer, "headers": headers, "max_bytes": max_bytes,
+            })  # fmt: skip
+            if answer is not LOCAL:
+                assert isinstance(answer, DownloadResult)
+                return answer
+            on_send = None  # called already
         try:
             response = self.get(
                 url, referer=referer, on_send=on_send, headers=headers, max_bytes=max_bytes
@@ -703,6 +783,28 @@ class Fetcher:
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------
+    def cookie_list(self) -> list[Cookie] | None:
+        """A copy of the jar's cookies (None without cookies)."""
+        if self.cookie_jar is None:
+            return None
+        with self.cookie_lock:
+            return list(self.cookie_jar)
+
+    def take_cookies(self, cookies: list[Cookie]) -> None:
+        """Replace the jar's cookies by these (the helper process's, or a saved jar sent
+        to it). Nothing is said to ``on_cookies_changed``: the caller knows why."""
+        if self.cookie_jar is None:
+            return
+        with self.cookie_lock:
+            self.cookie_jar.clear()
+            for cookie in cookies:
+                self.cookie_jar.set_cookie(cookie)
+
+    def cookies_loaded(self) -> None:
+        """The jar was filled from a saved state: the helper process takes a copy."""
+        if self._process is not None and self.cookie_jar is not None:
+            self._process.send_cookies(self.cookie_list() or [])
+
     def _cookie_header(self, url: str) -> str:
         assert self.cookie_jar is not None
         with self.cookie_lock:
