@@ -27,13 +27,13 @@ import pickle
 import queue
 import signal
 import socket
+import struct
 import threading
 import time
 import traceback
 import weakref
 from collections.abc import Callable
 from http.cookiejar import Cookie
-from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from rccrawler.exceptions import FetchError
@@ -45,6 +45,10 @@ ANSWER_GRACE_S = 10.0
 before it takes the helper for stuck (the helper's own deadline ends every exchange)."""
 EXIT_WAIT_S = 5.0
 """Seconds the helper gets to exit once its pipes are closed, before it is killed."""
+
+SOCKET_BUFFER = 1 << 20
+"""Bytes each pipe holds unread each way (the kernel may cap it lower): an ordinary
+answer goes over in one piece."""
 
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
@@ -63,6 +67,51 @@ class Fetcher(Protocol):
 
 class HelperGone(Exception):
     """The helper process is gone or stuck: the caller fetches by itself."""
+
+
+_LENGTH = struct.Struct("!I")
+
+
+class Channel:
+    """One end of a socket pair carrying length-prefixed pickles, one at a time each
+    way. A socket timeout bounds the wait for an answer (the wait is the kernel's,
+    not a selector built in Python for each call, as ``multiprocessing`` does)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+
+    def wait_at_most(self, seconds: float | None) -> None:
+        """Bound each wait of :meth:`receive` (and :meth:`send`) from now on."""
+        self.sock.settimeout(seconds)
+
+    def send(self, message: object) -> None:
+        payload = pickle.dumps(message, _PICKLE)
+        self.sock.sendall(_LENGTH.pack(len(payload)) + payload)
+
+    def receive(self) -> Any:
+        """The next message; EOFError when the other end is closed, TimeoutError when a
+        wait is longer than :meth:`wait_at_most` allows."""
+        (length,) = _LENGTH.unpack(self._exactly(_LENGTH.size))
+        return pickle.loads(self._exactly(length))
+
+    def _exactly(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        received = 0
+        while received < size:
+            count = self.sock.recv_into(view[received:])
+            if count == 0:
+                raise EOFError
+            received += count
+        return buffer
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 class FetchProcess:
@@ -85,7 +134,9 @@ class FetchProcess:
         for _ours, theirs in pairs:
             theirs.close()
         self._ends = [ours for ours, _theirs in pairs]
-        self._free: queue.SimpleQueue[Connection] = queue.SimpleQueue()
+        for end in self._ends:
+            end.wait_at_most(self.answer_wait_s)
+        self._free: queue.SimpleQueue[Channel] = queue.SimpleQueue()
         for end in self._ends:
             self._free.put(end)
         self._lock = threading.Lock()
@@ -112,12 +163,12 @@ class FetchProcess:
         end = self._free.get()
         kept = False
         try:
-            end.send_bytes(pickle.dumps(request, _PICKLE))
-            if not end.poll(self.answer_wait_s):
-                self._lose(f"no answer in {self.answer_wait_s:.0f} s")
-                raise HelperGone
-            kind, value, cookies = pickle.loads(end.recv_bytes())
+            end.send(request)
+            kind, value, cookies = end.receive()
             kept = True
+        except TimeoutError as exc:
+            self._lose(f"no answer in {self.answer_wait_s:.0f} s")
+            raise HelperGone from exc
         except (EOFError, OSError) as exc:
             self._lose(str(exc) or type(exc).__name__)
             raise HelperGone from exc
@@ -180,15 +231,15 @@ def _forget_all_in_fork() -> None:
 os.register_at_fork(after_in_child=_forget_all_in_fork)
 
 
-def _pipe() -> tuple[Connection, Connection]:
+def _pipe() -> tuple[Channel, Channel]:
     ours, theirs = socket.socketpair()
-    return Connection(ours.detach()), Connection(theirs.detach())
+    return Channel(ours), Channel(theirs)
 
 
 # -- the helper ---------------------------------------------------------------------
 
 
-def _serve(fetcher: Fetcher, ends: list[Connection]) -> None:
+def _serve(fetcher: Fetcher, ends: list[Channel]) -> None:
     """The helper's life: a thread a pipe, each answering calls until its pipe ends."""
     code = 0
     try:
@@ -230,10 +281,10 @@ def _close_inherited(keep: set[int]) -> None:
     os.closerange(start, max(start + 1, os.sysconf("SC_OPEN_MAX")))
 
 
-def _answer(fetcher: Fetcher, end: Connection, changed: threading.local) -> None:
+def _answer(fetcher: Fetcher, end: Channel, changed: threading.local) -> None:
     while True:
         try:
-            request = pickle.loads(end.recv_bytes())
+            request = end.receive()
         except (EOFError, OSError):
             # The crawl's process closed the pipes, or died: no answer is wanted any
             # more, not even of an exchange still waiting for a slow server.
@@ -249,7 +300,7 @@ def _answer(fetcher: Fetcher, end: Connection, changed: threading.local) -> None
             reply = ("crash", traceback.format_exc())
         cookies = fetcher.cookie_list() if changed.cookies else None
         try:
-            end.send_bytes(pickle.dumps((*reply, cookies), _PICKLE))
+            end.send((*reply, cookies))
         except (EOFError, OSError):
             os._exit(0)
 
