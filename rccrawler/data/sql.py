@@ -659,12 +659,21 @@ class SQLDataManager(DataManager):
         return known
 
     def _known_links(
-        self, cur: Cursor, urls: Sequence[str], level: int
+        self, cur: Cursor, host: str, urls: Sequence[str], level: int
     ) -> tuple[dict[str, int], list[int]]:
         """The pages these URLs are already (normalized URL → id), and those of them still
         waiting deeper than ``level`` (a shorter path to them was just found)."""
         known: dict[str, int] = {}
         deeper: list[int] = []
+        for url, page_id, state, page_level in self._url_rows(cur, urls):
+            known[url] = page_id
+            if state == PageState.WAITING and page_level > level:
+                deeper.append(page_id)
+        return known, deeper
+
+    def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
+        """(normalized URL, page id, state, level) of the pages these URLs are."""
+        rows: list[tuple[str, int, str, int]] = []
         for start in range(0, len(urls), 500):
             chunk = urls[start : start + 500]
             marks = ",".join("?" * len(chunk))
@@ -675,11 +684,8 @@ class SQLDataManager(DataManager):
                 ),
                 chunk,
             )
-            for url, page_id, state, page_level in cur.fetchall():
-                known[url] = page_id
-                if state == PageState.WAITING and page_level > level:
-                    deeper.append(page_id)
-        return known, deeper
+            rows += cur.fetchall()
+        return rows
 
     @retry_conflicts
     def store_robots(
@@ -779,14 +785,7 @@ class SQLDataManager(DataManager):
                 self._set_page(cur, page_id, columns)
                 self._on_move(page, state, error=outcome.error, size=size if answered else 0)
                 return
-            cur.execute(
-                self._sql(
-                    "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id <> ? "
-                    "AND replace_id IS NULL ORDER BY id LIMIT 1"
-                ),
-                (page.host, content_hash, page_id),
-            )
-            first = cur.fetchone()
+            first = self._first_with_hash(cur, page.host, content_hash, page_id)
             if first is not None:
                 cur.execute(
                     self._sql(
@@ -794,21 +793,11 @@ class SQLDataManager(DataManager):
                         "http_status = 200, content_type = ?, content_hash = ?, replace_id = ?, "
                         "bytes = ?, downloaded = ?, truncated = ?, error_code = '' WHERE id = ?"
                     ),
-                    (outcome.attempts, result.content_type, content_hash, first[0], size, True,
+                    (outcome.attempts, result.content_type, content_hash, first, size, True,
                      result.truncated, page_id),
                 )  # fmt: skip
                 self._on_move(page, PageState.DONE, duplicate=True, size=size)
                 return
-            cur.execute(
-                self._sql(
-                    "UPDATE pages SET state = 'downloaded', lease_until = ?, "
-                    "download_attempts = ?, http_status = 200, content_type = ?, "
-                    "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
-                    "error_code = '' WHERE id = ?"
-                ),
-                (self._lease_until(claim.now), outcome.attempts, result.content_type,
-                 content_hash, size, True, result.truncated, page_id),
-            )  # fmt: skip
             self._on_move(page, PageState.DOWNLOADED, size=size)
             page.state = PageState.DOWNLOADED
             page.http_status, page.content_type = 200, result.content_type
@@ -816,7 +805,38 @@ class SQLDataManager(DataManager):
             page.download_attempts, page.downloaded = outcome.attempts, True
             page.truncated, page.error_code = result.truncated, ""
             page.robots_tags = result.robots_tags
+            self._hold_download(cur, page, claim.now)
             self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))
+
+    def _first_with_hash(
+        self, cur: Cursor, host: str, content_hash: str, page_id: PageId
+    ) -> PageId | None:
+        """The page of ``host`` whose body has this hash, the first found (it is the one
+        page of them that is not a duplicate), other than ``page_id``."""
+        cur.execute(
+            self._sql(
+                "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id <> ? "
+                "AND replace_id IS NULL ORDER BY id LIMIT 1"
+            ),
+            (host, content_hash, page_id),
+        )
+        row = cur.fetchone()
+        return PageId(row[0]) if row is not None else None
+
+    def _hold_download(self, cur: Cursor, page: PageData, now: float) -> None:
+        """Keep a downloaded page, waiting for its parse, as every process of the crawl
+        sees it: its state, its lease's end and what the answer was. (The parse's store
+        writes the answer's columns again, with the page done.)"""
+        cur.execute(
+            self._sql(
+                "UPDATE pages SET state = 'downloaded', lease_until = ?, "
+                "download_attempts = ?, http_status = 200, content_type = ?, "
+                "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
+                "error_code = '' WHERE id = ?"
+            ),
+            (self._lease_until(now), page.download_attempts, page.content_type,
+             page.content_hash, page.bytes, True, page.truncated, page.id),
+        )  # fmt: skip
 
     def _set_page(self, cur: Cursor, page_id: PageId, columns: Mapping[str, object]) -> None:
         """One UPDATE of a page's columns (names written in this module, values as parameters)."""
@@ -927,7 +947,7 @@ class SQLDataManager(DataManager):
             claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
             unique = unique_links(links)
             level, referer = page.level + 1, page.url
-            known, deeper = self._known_links(cur, list(unique), level)
+            known, deeper = self._known_links(cur, page.host, list(unique), level)
             admission = admit_links(unique, known, claim.admitted, self.limits)
             new_rows = [
                 (page.host, link.url, link.normalized_url, page_id, level, referer)
@@ -966,27 +986,39 @@ class SQLDataManager(DataManager):
             )
             if rows:
                 self._write_task_rows(cur, page_id, rows)
+            # The answer's columns too: a backend may have held them in memory only
+            # (:meth:`_hold_download`); the parse makes the page final.
             cur.execute(
                 self._sql(
-                    "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ? "
-                    "WHERE id = ?"
+                    "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ?, "
+                    "download_attempts = ?, http_status = 200, content_type = ?, "
+                    "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
+                    "error_code = '' WHERE id = ?"
                 ),
-                (True, len(targets), page_id),
-            )
+                (True, len(targets), page.download_attempts, page.content_type,
+                 page.content_hash, page.bytes, True, page.truncated, page_id),
+            )  # fmt: skip
             self._on_move(page, PageState.DONE)
 
     @contextlib.contextmanager
     def _parse_ending(self, page_id: PageId) -> Iterator[PageData]:
         """The page being parsed, forgotten once its parse is stored (or failed for good).
         After a conflict it stays, for :func:`retry_conflicts` to run the call again."""
+        page, size = self._parsing[page_id]
         try:
-            yield self._parsing[page_id][0]
+            yield page
         except Conflict:
             raise
         except BaseException:
-            self._pending_bytes -= self._parsing.pop(page_id)[1]
+            self._parse_ended(page, size)
             raise
-        self._pending_bytes -= self._parsing.pop(page_id)[1]
+        self._parse_ended(page, size)
+
+    def _parse_ended(self, page: PageData, size: int) -> None:
+        """A downloaded page leaves this process: its parse is stored, or it failed for
+        good (it is fetched again after a resume). A backend that held it lets go."""
+        del self._parsing[page.id]
+        self._pending_bytes -= size
 
     def _lower_levels(self, cur: Cursor, page: PageData, targets: Sequence[int]) -> None:
         """A page's level is its shortest distance from a start page (SPEC §5.1): a

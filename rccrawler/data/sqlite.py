@@ -17,11 +17,13 @@ fetches again only pages whose committed state says they were in flight.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import sqlite3
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
@@ -143,6 +145,8 @@ class SQLiteDataManager(SQLDataManager):
     lease committed, so a ``kill -9`` still fetches again only pages in flight."""
     group_commit_calls: ClassVar[int] = 256
     """...or this many calls, whichever comes first (and when a thread goes idle)."""
+    url_pages_kept: ClassVar[int] = 4096
+    """Pages remembered by URL for the links of later pages (about 0.7 MB)."""
     front_batch: ClassVar[int] = 32
     """Waiting pages of a site leased from the database at once."""
 
@@ -174,6 +178,13 @@ class SQLiteDataManager(SQLDataManager):
         self._fronts: dict[str, _Front] = defaultdict(_Front)
         self._leased: dict[PageId, PageData] = {}
         """Pages handed to a downloader, by id: storing the download needs no read."""
+        self._url_pages: dict[str, tuple[int, int]] = {}
+        """Normalized URL -> (page id, level) of pages stored lately, at most
+        :attr:`url_pages_kept`: a site's pages repeat its navigation links, which then
+        need no query. A level here is never lower than the stored one."""
+        self._held: dict[tuple[str, str], PageId] = {}
+        """(host, content hash) of the pages downloaded and waiting for their parse, whose
+        answer is held here until the parse's store writes it with the page done."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -236,8 +247,12 @@ class SQLiteDataManager(SQLDataManager):
     def describe(self) -> str:
         return str(self.path.parent)
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[Cursor]:
+    def _transaction(self) -> _Call:
+        return _Call(self)
+
+    def _begin_writes(self) -> None:
+        """Before a call's first write: the group transaction, and the call's savepoint
+        in it (so that a failing call undoes its own writes only)."""
         db = self.db
         try:
             if not self._group_open:
@@ -248,25 +263,32 @@ class SQLiteDataManager(SQLDataManager):
             db.execute("SAVEPOINT call")
         except sqlite3.OperationalError as exc:
             raise state_error(str(self.path), exc) from exc
+
+    def _call_failed(self, exc: BaseException, wrote: bool) -> None:
+        """Undo what a failing call wrote; a storage error ends the whole group."""
+        self._transaction_ended(committed=False)
+        if isinstance(exc, sqlite3.OperationalError):
+            # The database may have undone more than this call (a full disk):
+            # give up the whole group; the crawl stops on the StateError.
+            self._rollback()
+            raise state_error(str(self.path), exc) from exc
+        if not wrote:
+            return
         try:
-            yield db.cursor()
-            db.execute("RELEASE call")
-        except BaseException as exc:
-            self._transaction_ended(committed=False)
-            if isinstance(exc, sqlite3.OperationalError):
-                # The database may have undone more than this call (a full disk):
-                # give up the whole group; the crawl stops on the StateError.
-                self._rollback()
-                raise state_error(str(self.path), exc) from exc
+            self.db.execute("ROLLBACK TO call")
+            self.db.execute("RELEASE call")
+        except sqlite3.Error:
+            self._rollback()
+
+    def _call_done(self, wrote: bool) -> None:
+        if wrote:
             try:
-                db.execute("ROLLBACK TO call")
-                db.execute("RELEASE call")
-            except sqlite3.Error:
-                self._rollback()
-            raise
+                self.db.execute("RELEASE call")
+            except sqlite3.OperationalError as exc:
+                self._call_failed(exc, wrote)
+            self._group_calls += 1
         self._transaction_ended(committed=True)
-        self._group_calls += 1
-        if (
+        if self._group_open and (
             self._group_calls >= self.group_commit_calls
             or time.monotonic() - self._group_started >= self.group_commit_s
         ):
@@ -354,6 +376,8 @@ class SQLiteDataManager(SQLDataManager):
             moved: int = db.rowcount
             self._fronts.clear()
             self._leased.clear()
+            self._held.clear()
+            self._url_pages.clear()
             self._load_memory()
             self._wake_downloaders = self._wake_parsers = 1 << 16
             now = self.clock()
@@ -389,6 +413,28 @@ class SQLiteDataManager(SQLDataManager):
             page = page_from_row(row)
         host = self._hosts[page.host]
         return Claim(page, host, self._counters[page.host].admitted, self.clock())
+
+    def _hold_download(self, cur: Cursor, page: PageData, now: float) -> None:
+        # One process owns the database and a downloaded page's body lives in its memory
+        # only (a crash fetches it again): its row stays leased until the parse's store
+        # writes it whole, a write less a page. Its hash is the one thing another
+        # download must see meanwhile.
+        key = (page.host, page.content_hash)
+        self._after_commit(functools.partial(self._held.__setitem__, key, page.id))
+
+    def _first_with_hash(
+        self, cur: Cursor, host: str, content_hash: str, page_id: PageId
+    ) -> PageId | None:
+        held = self._held.get((host, content_hash))
+        if held is not None and held != page_id:
+            return held  # the first of them: the others were found duplicates of it
+        return super()._first_with_hash(cur, host, content_hash, page_id)
+
+    def _parse_ended(self, page: PageData, size: int) -> None:
+        super()._parse_ended(page, size)
+        key = (page.host, page.content_hash)
+        if self._held.get(key) == page.id:
+            del self._held[key]
 
     def _release(self, cur: Cursor, page: PageData) -> None:
         self._leased.pop(page.id, None)
@@ -441,7 +487,52 @@ class SQLiteDataManager(SQLDataManager):
         ids = super()._insert_pages(cur, host, rows)
         if ids:
             self._queued(host, min(row[4] for row in rows), ids[0])
+            pages = [(row[2], page_id, row[4]) for page_id, row in zip(ids, rows, strict=True)]
+            self._after_commit(functools.partial(self._remember_urls, pages))
         return ids
+
+    def _known_links(
+        self, cur: Cursor, host: str, urls: Sequence[str], level: int
+    ) -> tuple[dict[str, int], list[int]]:
+        remembered = self._url_pages
+        known: dict[str, int] = {}
+        asked: list[str] = []
+        for url in urls:
+            page = remembered.get(url)
+            # A page no deeper than the links' level is never moved up by them, whatever
+            # its state: what memory says is enough. Others may be: the database says.
+            if page is not None and page[1] <= level:
+                known[url] = page[0]
+            else:
+                asked.append(url)
+        deeper: list[int] = []
+        if asked:
+            rows = self._url_rows(cur, asked)
+            front = self._fronts.get(host)
+            in_front = {page.id for page in front.pages} if front is not None else set()
+            if any(page_id in in_front and page_level > level
+                   for _, page_id, _, page_level in rows):  # fmt: skip
+                # A page of the front is waiting, though its row says leased: give the
+                # front back, so that the page moves up and is leased at its new level.
+                self._give_back(cur, host)
+            for url, page_id, state, page_level in rows:
+                known[url] = page_id
+                waiting = state == PageState.WAITING or page_id in in_front
+                if waiting and page_level > level:
+                    deeper.append(page_id)
+            self._remember_urls([(url, page_id, page_level) for url, page_id, _, page_level
+                                 in rows])  # fmt: skip
+        return known, deeper
+
+    def _remember_urls(self, pages: Sequence[tuple[str, int, int]]) -> None:
+        """Remember (normalized URL, page id, level) of pages, forgetting the oldest."""
+        remembered = self._url_pages
+        for url, page_id, level in pages:
+            remembered[url] = (page_id, level)
+        excess = len(remembered) - self.url_pages_kept
+        if excess > 0:
+            for url in list(itertools.islice(remembered, excess)):
+                del remembered[url]
 
     def _queued(self, host: str, level: int, page_id: int) -> None:
         """A page became waiting: the site's front is stale if it sorts before its end."""
@@ -653,3 +744,62 @@ class SQLiteDataManager(SQLDataManager):
                 counts = self._counters[name].counts()
                 sites.append((host, counts, counts.by_state.get(PageState.PARSING, 0)))
             return snapshot(sites, self.clock())
+
+
+class _CallCursor:
+    """The cursor of one DataManager call. Its savepoint (and the group transaction) is
+    opened before its first write, not before its first statement: a call that only
+    reads, as storing a download held in memory does, costs no savepoint."""
+
+    __slots__ = ("_cursor", "_manager", "wrote")
+
+    def __init__(self, manager: SQLiteDataManager, cursor: sqlite3.Cursor) -> None:
+        self._manager = manager
+        self._cursor = cursor
+        self.wrote = False
+
+    def execute(self, query: str, params: Any = (), /) -> sqlite3.Cursor:
+        if not self.wrote and not query.startswith("SELECT"):
+            self._manager._begin_writes()
+            self.wrote = True
+        return self._cursor.execute(query, params)
+
+    def executemany(self, query: str, params_seq: Any, /) -> sqlite3.Cursor:
+        if not self.wrote:
+            self._manager._begin_writes()
+            self.wrote = True
+        return self._cursor.executemany(query, params_seq)
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+
+class _Call:
+    """One call's transaction (lock held): a class, not a generator-based context
+    manager, because every call of the crawl goes through it."""
+
+    __slots__ = ("_cursor", "_manager")
+
+    def __init__(self, manager: SQLiteDataManager) -> None:
+        self._manager = manager
+        self._cursor: _CallCursor | None = None
+
+    def __enter__(self) -> _CallCursor:
+        self._cursor = _CallCursor(self._manager, self._manager.db.cursor())
+        return self._cursor
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        assert self._cursor is not None
+        if exc is None:
+            self._manager._call_done(self._cursor.wrote)
+        else:
+            self._manager._call_failed(exc, self._cursor.wrote)

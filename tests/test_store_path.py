@@ -1,0 +1,123 @@
+"""The per-page path through the DataManager, made cheaper for issue 14, still keeps
+its rules: a body is a duplicate of a page still waiting for its parse, a page found
+again on a shorter path moves up, and a parse's store leaves the page's row whole.
+
+On SQLite a downloaded page waiting for its parse is held in memory (its row is
+written once, by the parse's store), and the pages of recent links are remembered by
+URL; the PostgreSQL runs show the same answers from the database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_politeness import Clock, OpenData, data_opener
+
+from rccrawler.data.sql import SQLDataManager
+from rccrawler.data.sqlite import SQLiteDataManager
+from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageState
+from rccrawler.threads.downloading import content_hash
+
+pytestmark = pytest.mark.both_backends
+
+HOST = "a.test"
+BODY = b"<html><body><a href='/x'>x</a></body></html>"
+
+
+@pytest.fixture
+def open_data(storage: str, tmp_path: Path) -> Iterator[OpenData]:
+    with data_opener(storage, tmp_path) as opener:
+        yield opener
+
+
+def site(data: SQLDataManager, *levels: tuple[int, list[str]]) -> None:
+    """A site whose robots.txt is read, with these paths waiting at these levels."""
+    data.add_site(HostData(host=HOST, crawl_delay=0, max_downloads_at_time=8),
+                  f"http://{HOST}/", f"http://{HOST}/")  # fmt: skip
+    data.store_robots(HOST, 404, "", None, blocked=False)
+    for level, paths in levels:
+        links = [FoundLink(f"http://{HOST}{path}", f"http://{HOST}{path}") for path in paths]
+        data.add_links(HOST, links, level=level)
+
+
+def lease(data: SQLDataManager, path: str) -> PageData:
+    """Lease pages (in the storage's order) until the one of ``path``, which is returned;
+    the others stay leased."""
+    for _ in range(20):
+        page = data.take_for_download()
+        assert page is not None
+        if page.url == f"http://{HOST}{path}":
+            return page
+    raise AssertionError(f"{path} was never leased")
+
+
+def download(data: SQLDataManager, page: PageData, body: bytes = BODY) -> None:
+    result = DownloadResult(status=200, content_type="text/html", body=body)
+    data.store_download(page.id, result, content_hash(body))
+
+
+def parse(data: SQLDataManager, page: PageData, *links: str) -> None:
+    item = data.take_for_parsing()
+    assert item is not None and item[0].id == page.id
+    found = [FoundLink(f"http://{HOST}{path}", f"http://{HOST}{path}") for path in links]
+    data.store_parse(page.id, found, [])
+
+
+def pages(data: SQLDataManager) -> dict[str, PageData]:
+    return {page.url.removeprefix(f"http://{HOST}"): page for page in data.iter_pages(HOST)}
+
+
+def test_a_body_is_a_duplicate_of_a_page_still_waiting_for_its_parse(open_data: OpenData):
+    data = open_data(Clock())
+    site(data, (1, ["/a", "/b"]))
+    root = lease(data, "/")
+    a, b = lease(data, "/a"), lease(data, "/b")
+    download(data, root, b"<p>root</p>")
+    download(data, a)
+    download(data, b)  # /a's parse is not stored yet
+    parse(data, root)
+    parse(data, a)
+    stored = pages(data)
+    assert stored["/b"].replace_id == a.id and stored["/b"].state is PageState.DONE
+    assert data.statistics().host(HOST).duplicates == 1  # type: ignore[union-attr]
+    # /a's row holds its answer, whether it was written at its download or its parse.
+    row = stored["/a"]
+    assert (row.state, row.http_status, row.content_type) == (PageState.DONE, 200, "text/html")
+    assert (row.content_hash, row.bytes, row.downloaded) == (content_hash(BODY), len(BODY), True)
+    assert row.download_attempts == 1 and row.parsed
+
+
+def test_a_waiting_page_found_on_a_shorter_path_moves_up(open_data: OpenData):
+    """/x waits at level 3. The start page (level 0) links to it: it moves up to 1, though
+    /x was remembered at level 3; /p (level 1) links to it again: it stays at 1."""
+    data = open_data(Clock())
+    site(data, (1, ["/p"]), (3, ["/x"]))
+    root = lease(data, "/")
+    download(data, root, b"<p>root</p>")
+    parse(data, root, "/x")
+    assert pages(data)["/x"].level == 1
+    p = lease(data, "/p")
+    download(data, p, b"<p>p</p>")
+    parse(data, p, "/x", "/p")
+    after = pages(data)
+    assert (after["/x"].level, after["/x"].id_from) == (1, root.id)
+    assert [page.url for page in after.values()].count(f"http://{HOST}/x") == 1
+
+
+def test_sqlite_writes_nothing_for_a_download_waiting_for_its_parse(tmp_path: Path):
+    with data_opener("sqlite", tmp_path) as opener:
+        data = opener(Clock())
+        assert isinstance(data, SQLiteDataManager)
+        site(data, (1, ["/a"]))
+        root = lease(data, "/")
+        data.flush()
+        changes = data.db.total_changes
+        download(data, root)
+        assert data.db.total_changes == changes  # no write, not even a savepoint's
+        assert not data.db.in_transaction
+        parse(data, root)
+        assert data.db.total_changes > changes
+        data.flush()
+        assert pages(data)["/"].content_hash == content_hash(BODY)
