@@ -59,3 +59,33 @@ def vm_hwm_kb(pid: int | str) -> int:
     except OSError:
         pass
     return 0
+
+
+def child_pids(pid: int | str) -> list[str]:
+    """The processes ``pid`` started that still run (Linux: /proc/PID/task/*/children)."""
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            children += task.read_text().split()
+        except OSError:
+            continue
+    return children
+
+
+def private_kb(pid: int | str) -> int:
+    """The memory only this process maps (Private_Clean + Private_Dirty), in kB: what a
+    fork costs beyond the pages it shares with its parent (which its RSS counts again)."""
+    total = 0
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    except OSError:
+        return 0
+    return total
+
+
+def children_private_kb(pid: int | str) -> int:
+    """The private memory of every process ``pid`` started (a crawl's fetch process,
+    a search crawl's index workers), summed."""
+    return sum(private_kb(child) for child in child_pids(pid))

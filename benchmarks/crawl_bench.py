@@ -38,7 +38,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from common import vm_hwm_kb, write_settings
+from common import children_private_kb, vm_hwm_kb, write_settings
 
 REPO = Path(__file__).resolve().parents[1]
 SPIDER = Path(__file__).resolve().with_name("scrapy_spider.py")
@@ -363,10 +363,15 @@ def run_measured(cmd: Sequence[str], cwd: Path, output: Path, timeout: float) ->
     Linux carries the parent's peak RSS into a vfork+exec'd child's ru_maxrss, so a child
     smaller than this script would be reported at this script's size. When ru_maxrss does
     not exceed our own peak, the VmHWM sampled from /proc while the child ran is used.
+
+    A crawler that forks (rccrawler's fetch process) is charged its forks' private memory
+    too, the most sampled while it ran: a fork's RSS counts the pages it shares again,
+    and ru_maxrss counts the largest process only.
     """
     floor_kb = vm_hwm_kb("self")
     done = threading.Event()
     sampled = [0]
+    forks = [0]
     with output.open("wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(
@@ -376,6 +381,7 @@ def run_measured(cmd: Sequence[str], cwd: Path, output: Path, timeout: float) ->
         def sample() -> None:
             while not done.wait(0.02):
                 sampled[0] = max(sampled[0], vm_hwm_kb(proc.pid))
+                forks[0] = max(forks[0], children_private_kb(proc.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -390,6 +396,7 @@ def run_measured(cmd: Sequence[str], cwd: Path, output: Path, timeout: float) ->
     rss_kb = usage.ru_maxrss
     if rss_kb <= floor_kb + 2048 and sampled[0]:
         rss_kb = sampled[0]
+    rss_kb += forks[0]
     return Measure(
         exit_code=proc.returncode,
         seconds=seconds,
@@ -628,8 +635,10 @@ def markdown(results: dict[str, dict[str, Summary]]) -> str:
 NOTES = """\
 Notes:
   pages = HTML pages crawled (200, text/html); pages/s = pages / wall seconds of the whole
-  process (start-up included); CPU s = user+sys of the crawler process; peak RSS from wait4
-  (or /proc VmHWM samples when the crawler is smaller than this script). Medians of the runs.
+  process (start-up included); CPU s = user+sys of the crawler process and the processes it
+  started; peak RSS from wait4 (or /proc VmHWM samples when the crawler is smaller than this
+  script), plus the private memory of the processes it started (rccrawler's fetch process, a
+  fork: its shared pages are the crawler's, counted once). Medians of the runs.
   rccrawler counts byte-identical pages once (report.json pages_done) but lists every URL in
   nodes.csv with duplicate_of set; Scrapy deduplicates requests by fingerprint (canonical URL)
   only, so it counts each such copy. The spider puts its start request through Scrapy's

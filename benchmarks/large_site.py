@@ -7,6 +7,9 @@ frontier: every page carries 500 links to pages that do not exist yet, and the
 crawl is stopped (rccrawler stop) once that many URLs are waiting; the peak RSS
 at each frontier size shows whether memory grows with the frontier. The
 crawler runs as its own process (`python -m rccrawler`), the server in this one.
+The peak RSS is the crawl's process's; beside it, the most private memory of the
+processes it started (its fetch process, ``threads.fetch_process``: a fork, whose RSS
+would count the pages it shares with the crawl again).
 """
 
 from __future__ import annotations
@@ -19,9 +22,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import vm_hwm_kb, write_settings
+from common import children_private_kb, vm_hwm_kb, write_settings
 from support.loopback import serve_sites
 from support.sites import generated_site
+
+Peaks = dict[str, float]
+
+
+def sample_peaks(pid: int, peaks: Peaks) -> None:
+    """Raise ``peaks["crawl"]`` to the crawl's process's VmHWM, and ``peaks["helper"]`` to
+    the private memory of the processes it started (MB). A forked fetch process shares
+    the crawl's pages, which its RSS counts again: only what is its own is its cost."""
+    peaks["crawl"] = max(peaks.get("crawl", 0.0), vm_hwm_kb(pid) / 1024)
+    peaks["helper"] = max(peaks.get("helper", 0.0), children_private_kb(pid) / 1024)
 
 
 def crawler(config: Path, *args: str) -> list[str]:
@@ -38,14 +51,20 @@ def full_crawl(pages: int) -> dict[str, float]:
         config = write_settings(Path(tmp), [f"http://{host}/"], resolve=server.resolve)
         started = time.monotonic()
         proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
-        peak = 0.0
+        peaks: Peaks = {}
         while proc.poll() is None:
-            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
+            sample_peaks(proc.pid, peaks)
             time.sleep(0.2)
         elapsed = time.monotonic() - started
         report = json.loads((Path(tmp) / "output" / "report.json").read_text())
         done = report["sites"][host]["pages_done"]
-    return {"pages": done, "seconds": elapsed, "pages_per_s": done / elapsed, "peak_rss_mb": peak}
+    return {
+        "pages": done,
+        "seconds": elapsed,
+        "pages_per_s": done / elapsed,
+        "peak_rss_mb": peaks.get("crawl", 0.0),
+        "helper_rss_mb": peaks.get("helper", 0.0),
+    }
 
 
 def frontier_growth(target: int) -> dict[str, float]:
@@ -54,10 +73,11 @@ def frontier_growth(target: int) -> dict[str, float]:
     with serve_sites({host: site}) as server, tempfile.TemporaryDirectory() as tmp:
         config = write_settings(Path(tmp), [f"http://{host}/"], resolve=server.resolve)
         proc = subprocess.Popen(crawler(config, "crawl"), stdout=subprocess.DEVNULL)
-        peak, waiting = 0.0, 0
+        peaks: Peaks = {}
+        waiting = 0
         deadline = time.monotonic() + 600
         while proc.poll() is None and time.monotonic() < deadline:
-            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
+            sample_peaks(proc.pid, peaks)
             status = subprocess.run(
                 crawler(config, "status", "--json"), capture_output=True, text=True
             )
@@ -68,9 +88,13 @@ def frontier_growth(target: int) -> dict[str, float]:
                     break
             time.sleep(0.5)
         while proc.poll() is None:
-            peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
+            sample_peaks(proc.pid, peaks)
             time.sleep(0.1)
-    return {"frontier": waiting, "peak_rss_mb": peak}
+    return {
+        "frontier": waiting,
+        "peak_rss_mb": peaks.get("crawl", 0.0),
+        "helper_rss_mb": peaks.get("helper", 0.0),
+    }
 
 
 def main() -> None:
@@ -81,13 +105,15 @@ def main() -> None:
     result = full_crawl(args.pages)
     print(
         f"full crawl: {result['pages']:.0f} pages in {result['seconds']:.1f} s = "
-        f"{result['pages_per_s']:.0f} pages/s, peak RSS {result['peak_rss_mb']:.0f} MB"
+        f"{result['pages_per_s']:.0f} pages/s, peak RSS {result['peak_rss_mb']:.0f} MB "
+        f"(its fetch process's own: {result['helper_rss_mb']:.0f} MB)"
     )
     for target in args.frontier:
         growth = frontier_growth(target)
         print(
             f"frontier of {growth['frontier']:.0f} waiting URLs: "
-            f"peak RSS {growth['peak_rss_mb']:.0f} MB"
+            f"peak RSS {growth['peak_rss_mb']:.0f} MB "
+            f"(its fetch process's own: {growth['helper_rss_mb']:.0f} MB)"
         )
 
 
