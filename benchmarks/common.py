@@ -86,6 +86,6 @@ def private_kb(pid: int | str) -> int:
 
 
 def children_private_kb(pid: int | str) -> int:
-    """The private memory of every process ``pid`` started (a crawl's fetch process,
-    a search crawl's index workers), summed."""
+    """The private memory of every process ``pid`` started (a search crawl's index
+    workers), summed."""
     return sum(private_kb(child) for child in child_pids(pid))

@@ -364,9 +364,9 @@ def run_measured(cmd: Sequence[str], cwd: Path, output: Path, timeout: float) ->
     smaller than this script would be reported at this script's size. When ru_maxrss does
     not exceed our own peak, the VmHWM sampled from /proc while the child ran is used.
 
-    A crawler that forks (rccrawler's fetch process) is charged its forks' private memory
-    too, the most sampled while it ran: a fork's RSS counts the pages it shares again,
-    and ru_maxrss counts the largest process only.
+    A crawler that forks is charged its forks' private memory too, the most sampled while
+    it ran: a fork's RSS counts the pages it shares again, and ru_maxrss counts the
+    largest process only.
     """
     floor_kb = vm_hwm_kb("self")
     done = threading.Event()
@@ -637,8 +637,8 @@ Notes:
   pages = HTML pages crawled (200, text/html); pages/s = pages / wall seconds of the whole
   process (start-up included); CPU s = user+sys of the crawler process and the processes it
   started; peak RSS from wait4 (or /proc VmHWM samples when the crawler is smaller than this
-  script), plus the private memory of the processes it started (rccrawler's fetch process, a
-  fork: its shared pages are the crawler's, counted once). Medians of the runs.
+  script), plus the private memory of the processes it started, if any (a fork's shared
+  pages are the crawler's, counted once). Medians of the runs.
   rccrawler counts byte-identical pages once (report.json pages_done) but lists every URL in
   nodes.csv with duplicate_of set; Scrapy deduplicates requests by fingerprint (canonical URL)
   only, so it counts each such copy. The spider puts its start request through Scrapy's

@@ -8,8 +8,8 @@ crawl is stopped (rccrawler stop) once that many URLs are waiting; the peak RSS
 at each frontier size shows whether memory grows with the frontier. The
 crawler runs as its own process (`python -m rccrawler`), the server in this one.
 The peak RSS is the crawl's process's; beside it, the most private memory of the
-processes it started (its fetch process, ``threads.fetch_process``: a fork, whose RSS
-would count the pages it shares with the crawl again).
+processes it started, if any (forks, whose RSS would count the pages they share with
+the crawl again).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ Peaks = dict[str, float]
 
 def sample_peaks(pid: int, peaks: Peaks) -> None:
     """Raise ``peaks["crawl"]`` to the crawl's process's VmHWM, and ``peaks["helper"]`` to
-    the private memory of the processes it started (MB). A forked fetch process shares
-    the crawl's pages, which its RSS counts again: only what is its own is its cost."""
+    the private memory of the processes it started (MB). A fork shares the crawl's
+    pages, which its RSS counts again: only what is its own is its cost."""
     peaks["crawl"] = max(peaks.get("crawl", 0.0), vm_hwm_kb(pid) / 1024)
     peaks["helper"] = max(peaks.get("helper", 0.0), children_private_kb(pid) / 1024)
 
@@ -106,14 +106,14 @@ def main() -> None:
     print(
         f"full crawl: {result['pages']:.0f} pages in {result['seconds']:.1f} s = "
         f"{result['pages_per_s']:.0f} pages/s, peak RSS {result['peak_rss_mb']:.0f} MB "
-        f"(its fetch process's own: {result['helper_rss_mb']:.0f} MB)"
+        f"(+ {result['helper_rss_mb']:.0f} MB its children's own)"
     )
     for target in args.frontier:
         growth = frontier_growth(target)
         print(
             f"frontier of {growth['frontier']:.0f} waiting URLs: "
             f"peak RSS {growth['peak_rss_mb']:.0f} MB "
-            f"(its fetch process's own: {growth['helper_rss_mb']:.0f} MB)"
+            f"(+ {growth['helper_rss_mb']:.0f} MB its children's own)"
         )
 
 

@@ -133,10 +133,6 @@ class Settings:
     """DownloadingThreads (fetching is I/O bound: several per core)."""
     parsing_threads: int = 2
     """ParsingThreads."""
-    fetch_process: bool = True
-    """Make the HTTP exchanges in one forked helper process (urllib3 there), so that their
-    Python runs on another core than the crawl's (``threads.fetch_process``; the command
-    line starts it, :meth:`ApplicationManager.start_fetch_process`)."""
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
     """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
@@ -490,13 +486,8 @@ def settings_from_mapping(
     if not isinstance(threads, dict):
         raise ConfigError("threads", "must be a mapping like {downloading: 8, parsing: 2}")
     for key, value in threads.items():
-        if key not in ("downloading", "parsing", "fetch_process"):
-            raise ConfigError(
-                f"threads.{key}", "unknown key (allowed: downloading, parsing, fetch_process)"
-            )
-        if key == "fetch_process":
-            _check_type(f"threads.{key}", value, (bool,), "true or false")
-            continue
+        if key not in ("downloading", "parsing"):
+            raise ConfigError(f"threads.{key}", "unknown key (allowed: downloading, parsing)")
         _check_type(f"threads.{key}", value, (int,), "a whole number >= 1")
         if value < 1:
             raise ConfigError(f"threads.{key}", "must be >= 1")
@@ -538,7 +529,6 @@ def settings_from_mapping(
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
         downloading_threads=threads.get("downloading", 8),
         parsing_threads=threads.get("parsing", 2),
-        fetch_process=threads.get("fetch_process", True),
         crawl=crawl,
         storage=storage,
         parser=parser,

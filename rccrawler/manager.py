@@ -277,7 +277,6 @@ class ApplicationManager:
                 logger.info("resuming: %d pages in progress were queued again", recovered)
             self.add_sites()
             self.cookies.load()
-            self.fetcher.cookies_loaded()
         except BaseException:
             self.data.close()
             self.unlock_state()
@@ -317,16 +316,6 @@ class ApplicationManager:
         """Ask the crawl to stop and save its state (not from a signal handler: see
         ``CrawlContext.note_signal``)."""
         self.context.request_stop(reason)
-
-    def start_fetch_process(self) -> None:
-        """Start the helper process of the HTTP exchanges (``threads.fetch_process``).
-
-        Called by the command line before :meth:`prepare` and before any thread of the
-        process starts: the helper is a fork. A library user who runs a crawl with
-        :meth:`run` may call it first too; otherwise the threads fetch in this process.
-        """
-        if self.settings.fetch_process:
-            self.fetcher.start_process(channels=self.settings.downloading_threads + 2)
 
     def prepare(self) -> None:
         """Hook for crawl tasks: called by the command line before any other thread of

@@ -193,7 +193,6 @@ class CrawlRunner:
         path = self.settings_file(sites, resolve, **options)
         manager_cls, settings = load_settings(path)
         manager = manager_cls(settings)
-        manager.start_fetch_process()  # as the command line does (threads.fetch_process)
         finished = manager.run()
         report_path = settings.output_dir / "report.json"
         report = json.loads(report_path.read_text()) if report_path.exists() else {}

@@ -23,8 +23,6 @@ CASES = [
     ({**GOOD, "crawl": {"max_pages": True}}, "crawl.max_pages"),
     ({**GOOD, "crawl": {"max_downloads_at_time": 0}}, "crawl.max_downloads_at_time"),
     ({**GOOD, "threads": {"downloading": "eight"}}, "threads.downloading"),
-    ({**GOOD, "threads": {"fetch_process": "yes"}}, "threads.fetch_process"),
-    ({**GOOD, "threads": {"fetch_process": 1}}, "threads.fetch_process"),
     ({**GOOD, "threads": {"fetching": 2}}, "threads.fetching"),
     ({"crawl": {"max_depth": 2}}, "sites"),
     ({**GOOD, "sites": []}, "sites"),

@@ -59,7 +59,6 @@ def run_manager(
         manager.status = view
     tune_malloc()
     tune_gc()
-    manager.start_fetch_process()  # a fork, before any thread (and a task's own forks)
     manager.prepare()  # before the live view's thread: a task may fork here
     with stop_on_signals(manager.context.note_signal, view.abort if view is not None else None):
         try:

@@ -42,7 +42,6 @@ from rccrawler.records import DownloadResult, HttpExchange
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
-    from rccrawler.web.fetch_process import FetchProcess
 logger = logging.getLogger(__name__)
 
 
@@ -434,8 +433,6 @@ class _GuardedHTTPSConnectionPool(urllib3.HTTPSConnectionPool):
 
 _GUARDED_POOLS = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConnectionPool}
 
-LOCAL = object()
-"""What :meth:`Fetcher._in_helper` returns when the helper process is gone."""
 _NO_RETRIES = Retry(total=False, redirect=False)
 """What urllib3 makes of ``retries=False`` on every call, made once (it is immutable)."""
 _POOLS_KEPT = 1024
@@ -526,44 +523,13 @@ class Fetcher:
         # Our connection classes report their sockets to the request's deadline.
         self.pool.pool_classes_by_scheme = _GUARDED_POOLS
         self._pools: dict[tuple[str, int, str], urllib3.HTTPConnectionPool] = {}
-        self._process: FetchProcess | None = None
         self.request_deadline_s = request_deadline(settings.timeout_s)
         self.watchdog = _Watchdog()
 
-    def start_process(self, channels: int) -> None:
-        """Make this fetcher's exchanges in a forked helper process from now on, with
-        ``channels`` requests in flight at most (``threads.fetch_process``; see
-        :mod:`rccrawler.web.fetch_process`). Call it before this process starts any
-        thread: a fork copies the locks other threads hold."""
-        from rccrawler.web.fetch_process import FetchProcess
-
-        if self._process is None:
-            self._process = FetchProcess(self, channels)
-
-    @property
-    def in_process(self) -> bool:
-        """Whether a helper process makes the exchanges (and holds the live cookie jar)."""
-        return self._process is not None and not self._process.gone
-
     def close(self) -> None:
-        if self._process is not None:
-            self._process.close()
         self.watchdog.close()
         self._pools.clear()
         self.pool.clear()
-
-    def _in_helper(self, method: str, url: str, on_send: Callable[[], None] | None,
-                   kwargs: dict[str, object]) -> object:  # fmt: skip
-        """``method`` in the helper process, or :data:`LOCAL` when it is gone."""
-        from rccrawler.web.fetch_process import HelperGone
-
-        assert self._process is not None
-        if on_send is not None:
-            on_send()
-        try:
-            return self._process.call(method, url, kwargs)
-        except HelperGone:
-            return LOCAL
 
     def get(
         self,
@@ -583,14 +549,6 @@ class Fetcher:
         Raises:
             FetchError: a transport failure, with whether to retry.
         """
-        if self._process is not None and not self._process.gone:
-            answer = self._in_helper("get", url, on_send, {
-                "referer": referer, "max_bytes": max_bytes, "method": method, "headers": headers,
-            })  # fmt: skip
-            if answer is not LOCAL:
-                assert isinstance(answer, Response)
-                return answer
-            on_send = None  # called already
         max_bytes = self.settings.max_body_bytes if max_bytes is None else max_bytes
         try:
             parts = urlsplit(url)
@@ -738,14 +696,6 @@ class Fetcher:
 
         ``headers`` are a site's own extra request headers (``sites:`` overrides).
         """
-        if self._process is not None and not self._process.gone:
-            answer = self._in_helper("download", url, on_send, {
-                "referer": referer, "headers": headers, "max_bytes": max_bytes,
-            })  # fmt: skip
-            if answer is not LOCAL:
-                assert isinstance(answer, DownloadResult)
-                return answer
-            on_send = None  # called already
         try:
             response = self.get(
                 url, referer=referer, on_send=on_send, headers=headers, max_bytes=max_bytes
@@ -783,28 +733,6 @@ class Fetcher:
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------
-    def cookie_list(self) -> list[Cookie] | None:
-        """A copy of the jar's cookies (None without cookies)."""
-        if self.cookie_jar is None:
-            return None
-        with self.cookie_lock:
-            return list(self.cookie_jar)
-
-    def take_cookies(self, cookies: list[Cookie]) -> None:
-        """Replace the jar's cookies by these (the helper process's, or a saved jar sent
-        to it). Nothing is said to ``on_cookies_changed``: the caller knows why."""
-        if self.cookie_jar is None:
-            return
-        with self.cookie_lock:
-            self.cookie_jar.clear()
-            for cookie in cookies:
-                self.cookie_jar.set_cookie(cookie)
-
-    def cookies_loaded(self) -> None:
-        """The jar was filled from a saved state: the helper process takes a copy."""
-        if self._process is not None and self.cookie_jar is not None:
-            self._process.send_cookies(self.cookie_list() or [])
-
     def _cookie_header(self, url: str) -> str:
         assert self.cookie_jar is not None
         with self.cookie_lock:
