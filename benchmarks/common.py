@@ -61,17 +61,6 @@ def vm_hwm_kb(pid: int | str) -> int:
     return 0
 
 
-def child_pids(pid: int | str) -> list[str]:
-    """The processes ``pid`` started that still run (Linux: /proc/PID/task/*/children)."""
-    children: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            children += task.read_text().split()
-        except OSError:
-            continue
-    return children
-
-
 def private_kb(pid: int | str) -> int:
     """The memory only this process maps (Private_Clean + Private_Dirty), in kB: what a
     fork costs beyond the pages it shares with its parent (which its RSS counts again)."""
@@ -88,4 +77,6 @@ def private_kb(pid: int | str) -> int:
 def children_private_kb(pid: int | str) -> int:
     """The private memory of every process ``pid`` started (a search crawl's index
     workers), summed."""
+    from support.processes import child_pids  # the tests' kit: on sys.path (see above)
+
     return sum(private_kb(child) for child in child_pids(pid))

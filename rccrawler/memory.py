@@ -27,11 +27,7 @@ def tune_malloc() -> bool:
     Returns:
         False where the C library is not glibc (nothing changed).
     """
-    libc = _libc()
-    try:
-        mallopt = libc.mallopt if libc is not None else None
-    except AttributeError:
-        mallopt = None
+    mallopt = _libc_function("mallopt")
     if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
@@ -73,11 +69,7 @@ def release_memory() -> None:
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    libc = _libc()
-    try:
-        trim = libc.malloc_trim if libc is not None else None
-    except AttributeError:
-        return None
+    trim = _libc_function("malloc_trim")
     if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
@@ -85,11 +77,11 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    """The C library the interpreter runs on, from its own symbols (``dlopen(NULL)``):
-    ``ctypes.util.find_library`` would run ``ldconfig`` in a subprocess at every start."""
+def _libc_function(name: str) -> ctypes._NamedFuncPointer | None:
+    """A function of the C library the interpreter runs on, from its own symbols
+    (``dlopen(NULL)``: ``ctypes.util.find_library`` would run ``ldconfig`` in a
+    subprocess at every start); None where there is no such function (not glibc)."""
     try:
-        return ctypes.CDLL(None)
-    except OSError:
+        return ctypes.CDLL(None)[name]
+    except (OSError, AttributeError):
         return None

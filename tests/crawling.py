@@ -41,24 +41,6 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
     return True
 
 
-def child_pids(pid: int) -> set[int]:
-    """The processes ``pid`` started (Linux: /proc/<pid>/task/*/children)."""
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(OSError):
-            found.update(int(child) for child in (task / "children").read_text().split())
-    return found
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie that nobody here reaps counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 CLOCK_SLACK = 0.001
 """Seconds a timed wait may end early by (timeouts are rounded), allowed where a test
 compares the server's stamps of requests a waiting client made one after the other."""

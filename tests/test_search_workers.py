@@ -16,7 +16,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from crawling import child_pids, process_alive, wait_until
+from crawling import wait_until
+from support.processes import child_pids, process_alive
 from support.sites import GeneratedSite, page_path
 from support.terminal import TerminalSession
 

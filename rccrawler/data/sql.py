@@ -154,6 +154,20 @@ CREATE TABLE IF NOT EXISTS skipped (
 """Every table of a crawl, in any dialect: ``{float}``, ``{id}``… come from its type map."""
 
 _QUEUED = "state = 'waiting'"
+_ANSWER = (
+    "download_attempts = ?, http_status = 200, content_type = ?, content_hash = ?, "
+    "bytes = ?, downloaded = ?, truncated = ?, error_code = ''"
+)
+"""The columns of a page's HTML answer, set with :func:`_answer_values`: written when the
+download is held (:meth:`SQLDataManager._hold_download`) and again by the parse's store."""
+
+
+def _answer_values(page: PageData) -> tuple[object, ...]:
+    """The values of :data:`_ANSWER` for a downloaded page, in its order."""
+    return (page.download_attempts, page.content_type, page.content_hash, page.bytes, True,
+            page.truncated)  # fmt: skip
+
+
 CHUNK = 2000
 """Rows the output reads at a time (keyset pagination); a shorter chunk is the last."""
 
@@ -829,14 +843,10 @@ class SQLDataManager(DataManager):
         writes the answer's columns again, with the page done.)"""
         cur.execute(
             self._sql(
-                "UPDATE pages SET state = 'downloaded', lease_until = ?, "
-                "download_attempts = ?, http_status = 200, content_type = ?, "
-                "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
-                "error_code = '' WHERE id = ?"
+                f"UPDATE pages SET state = 'downloaded', lease_until = ?, {_ANSWER} WHERE id = ?"
             ),
-            (self._lease_until(now), page.download_attempts, page.content_type,
-             page.content_hash, page.bytes, True, page.truncated, page.id),
-        )  # fmt: skip
+            (self._lease_until(now), *_answer_values(page), page.id),
+        )
 
     def _set_page(self, cur: Cursor, page_id: PageId, columns: Mapping[str, object]) -> None:
         """One UPDATE of a page's columns (names written in this module, values as parameters)."""
@@ -991,13 +1001,10 @@ class SQLDataManager(DataManager):
             cur.execute(
                 self._sql(
                     "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ?, "
-                    "download_attempts = ?, http_status = 200, content_type = ?, "
-                    "content_hash = ?, bytes = ?, downloaded = ?, truncated = ?, "
-                    "error_code = '' WHERE id = ?"
+                    f"{_ANSWER} WHERE id = ?"
                 ),
-                (True, len(targets), page.download_attempts, page.content_type,
-                 page.content_hash, page.bytes, True, page.truncated, page_id),
-            )  # fmt: skip
+                (True, len(targets), *_answer_values(page), page_id),
+            )
             self._on_move(page, PageState.DONE)
 
     @contextlib.contextmanager
