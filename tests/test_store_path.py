@@ -17,7 +17,15 @@ from test_politeness import Clock, OpenData, data_opener
 
 from rccrawler.data.sql import SQLDataManager
 from rccrawler.data.sqlite import SQLiteDataManager
-from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageState
+from rccrawler.records import (
+    DownloadResult,
+    FoundLink,
+    HostData,
+    PageData,
+    PageState,
+    SkippedLink,
+    SkipReason,
+)
 from rccrawler.threads.downloading import content_hash
 
 pytestmark = pytest.mark.both_backends
@@ -121,3 +129,26 @@ def test_sqlite_writes_nothing_for_a_download_waiting_for_its_parse(tmp_path: Pa
         assert data.db.total_changes > changes
         data.flush()
         assert pages(data)["/"].content_hash == content_hash(BODY)
+
+
+def test_a_parse_of_many_links_stores_every_arc_and_skipped_link_once(open_data: OpenData):
+    """300 links (SQLite writes them in multi-row statements of 128, 128, 32, 8 and 4
+    rows), 131 of them already known, and skipped links given twice: each arc and
+    each skipped URL is stored once."""
+    data = open_data(Clock())
+    site(data, (1, [f"/old{i}" for i in range(131)]))
+    root = lease(data, "/")
+    download(data, root, b"<p>root</p>")
+    item = data.take_for_parsing()
+    assert item is not None
+    paths = [f"/old{i}" for i in range(131)] + [f"/new{i}" for i in range(169)]
+    found = [FoundLink(f"http://{HOST}{path}", f"http://{HOST}{path}") for path in paths]
+    skipped = [SkippedLink(f"http://other.test/{i}", SkipReason.EXTERNAL) for i in range(7)]
+    data.store_parse(root.id, found + found[:5], skipped + skipped)
+    stored = pages(data)
+    assert set(paths) <= set(stored)
+    arcs = {(arc.from_id, arc.to_id) for arc in data.iter_raw_arcs(HOST)}
+    assert arcs == {(root.id, stored[path].id) for path in paths}
+    assert sorted(url for url, _reason, _page in data.iter_skipped(HOST)) == sorted(
+        f"http://other.test/{i}" for i in range(7)
+    )

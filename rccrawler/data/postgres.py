@@ -36,6 +36,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rccrawler.data.sql import (
     HOST_COLUMNS,
+    INSERT_VALUES,
     PAGE_COLUMNS,
     Claim,
     Conflict,
@@ -92,9 +93,6 @@ from a few index pages instead of one table page per row, which is what made the
 output slow down once the crawl outgrew the server's shared buffers."""
 
 
-_INSERT_VALUES = re.compile(
-    r"INSERT INTO (\w+) (?:\(([^()]*)\) )?VALUES \(([^()]*)\)((?: ON CONFLICT DO NOTHING)?)"
-)
 _LITERAL = re.compile(r"NULL|'[^',]*'")
 _INTEGER = re.compile(r"-?\d+")
 
@@ -122,7 +120,7 @@ def _array_insert(query: str, rows: Sequence[Sequence[Any]], columns: Columns) -
     once, planned once. An integer written into the statement (a task row's page id)
     becomes a parameter too, for the same reason.
     """
-    found = _INSERT_VALUES.fullmatch(query)
+    found = INSERT_VALUES.fullmatch(query)
     table = columns.get(found.group(1), ()) if found is not None else ()
     if found is None or not table:
         return None

@@ -15,6 +15,7 @@ import functools
 import heapq
 import logging
 import random
+import re
 import threading
 import time
 from abc import abstractmethod
@@ -153,6 +154,12 @@ CREATE TABLE IF NOT EXISTS skipped (
 """
 """Every table of a crawl, in any dialect: ``{float}``, ``{id}``… come from its type map."""
 
+INSERT_VALUES = re.compile(
+    r"INSERT INTO (\w+) (?:\(([^()]*)\) )?VALUES \(([^()]*)\)((?: ON CONFLICT DO NOTHING)?)"
+)
+"""The one form of statement a backend may rewrite for an executemany (one statement for
+many rows): ``INSERT INTO t [(columns)] VALUES (marks) [ON CONFLICT DO NOTHING]``, as
+(table, columns, marks, tail)."""
 _QUEUED = "state = 'waiting'"
 _ANSWER = (
     "download_attempts = ?, http_status = 200, content_type = ?, content_hash = ?, "
