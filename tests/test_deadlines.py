@@ -18,7 +18,7 @@ from rawtcp import tcp_server
 
 from rccrawler.config import CrawlSettings
 from rccrawler.exceptions import FetchError
-from rccrawler.web.fetch import Fetcher
+from rccrawler.web.fetch import Fetcher, _Deadline, _Watchdog
 
 DRIPS = 400
 """Bytes a drip server would send, one per ``interval``: 40 s at 0.1 s, far past any deadline."""
@@ -124,3 +124,44 @@ def test_refused_unresolvable_and_timed_out_are_different_kinds():
         finally:
             client.close()
     assert slow.error == "timeout"
+
+
+class _SeenCondition(threading.Condition):
+    """A condition that counts its notifications and tells when a thread waits on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified = 0
+        self.waiting = threading.Event()
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+def test_the_deadline_thread_sleeps_through_requests_that_end_in_time():
+    """One request after another, each finished before the next starts (as a downloading
+    thread makes them): once the deadline thread sleeps until the first deadline, no
+    later one wakes it (each did, a context switch and a turn of the GIL per request);
+    an earlier deadline still does."""
+    watchdog = _Watchdog(clock=lambda: 0.0)
+    watchdog._wake = condition = _SeenCondition()
+    try:
+        first = _Deadline(1000.0)
+        watchdog.watch(first)
+        first.finish()
+        assert condition.waiting.wait(10)  # asleep until 1000
+        condition.notified = 0
+        for index in range(1, 100):
+            deadline = _Deadline(1000.0 + index)
+            watchdog.watch(deadline)
+            deadline.finish()
+        assert condition.notified == 0
+        watchdog.watch(_Deadline(500.0))
+        assert condition.notified == 1
+    finally:
+        watchdog.close()

@@ -8,6 +8,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 import socket
 import threading
 import time
@@ -327,6 +328,11 @@ class _Watchdog:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._asleep_until = math.inf
+        """When the thread, asleep, looks at the heap again by itself: a deadline later than
+        that needs no wake-up."""
+        self.wakeups = 0
+        """Times the thread woke (at a deadline, or woken by :meth:`watch` or :meth:`close`)."""
 
     def watch(self, deadline: _Deadline) -> None:
         with self._wake:
@@ -334,9 +340,11 @@ class _Watchdog:
             # requests in flight, not every request of the last 2 × timeout_s.
             while self._heap and self._heap[0][2].done:
                 heapq.heappop(self._heap)
-            # Deadlines are mostly later than the soonest one watched: the thread, asleep
-            # until that one, need not wake (a wake-up per request cost a context switch).
-            earliest = not self._heap or deadline.at < self._heap[0][0]
+            # Deadlines are mostly later than the one the thread sleeps until: it need not
+            # wake (a wake-up per request cost a context switch and a turn of the GIL). The
+            # heap's first deadline is no guide: once the requests before have finished and
+            # left the heap, it is empty, and every request had woken the thread.
+            earliest = deadline.at < self._asleep_until
             heapq.heappush(self._heap, (deadline.at, next(self._order), deadline))
             if self._thread is None and not self._closed:
                 self._thread = threading.Thread(
@@ -358,8 +366,10 @@ class _Watchdog:
         while True:
             with self._wake:
                 while not self._closed and (not self._heap or self._heap[0][0] > self.clock()):
-                    wait = self._heap[0][0] - self.clock() if self._heap else None
+                    self._asleep_until = self._heap[0][0] if self._heap else math.inf
+                    wait = self._asleep_until - self.clock() if self._heap else None
                     self._wake.wait(wait)
+                    self.wakeups += 1
                 if self._closed:
                     return
                 _, _, due = heapq.heappop(self._heap)
