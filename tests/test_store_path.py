@@ -9,6 +9,7 @@ URL; the PostgreSQL runs show the same answers from the database.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,3 +153,24 @@ def test_a_parse_of_many_links_stores_every_arc_and_skipped_link_once(open_data:
     assert sorted(url for url, _reason, _page in data.iter_skipped(HOST)) == sorted(
         f"http://other.test/{i}" for i in range(7)
     )
+
+
+def test_sqlite_commits_an_idle_threads_group_when_it_is_group_commit_s_old(tmp_path: Path):
+    """A thread going idle does not commit the group at once (a parser idled between
+    pages and committed a few pages each time); it waits at most until the group is
+    group_commit_s old, and then commits it, as if calls had gone on."""
+    with data_opener("sqlite", tmp_path) as opener:
+        data = opener(Clock())
+        assert isinstance(data, SQLiteDataManager)
+        site(data, (1, ["/a"]))
+        assert data.db.in_transaction  # the site's rows, in an open group
+        data.group_commit_s = 3600.0
+        data.wait_for_work(0.01, "parse")
+        assert data.db.in_transaction  # young: still open
+        data.group_commit_s = 0.5  # due in less than that
+        waiting = threading.Thread(target=data.wait_for_work, args=(3600.0, "parse"))
+        waiting.start()
+        waiting.join(30)
+        assert not waiting.is_alive()  # the wait ends when the group is due
+        data.wait_for_work(0.01, "parse")  # due: committed before the wait
+        assert not data.db.in_transaction

@@ -7,11 +7,12 @@ front of each site's queue read in batches, and wake-ups aimed at the threads
 that have work.
 
 Group commit: the calls of many pages share one transaction, committed every
-few milliseconds or calls, whichever comes first, and whenever a thread goes
-idle. Each call is a savepoint inside it, so a call that fails undoes only its
-own writes. A page is finished once the transaction holding its writes commits,
-and a page is requested only after its lease has committed: a ``kill -9``
-fetches again only pages whose committed state says they were in flight.
+few milliseconds or calls, whichever comes first; a thread going idle commits a
+group that is due and waits no longer than until it is. Each call is a savepoint
+inside it, so a call that fails undoes only its own writes. A page is finished
+once the transaction holding its writes commits, and a page is requested only
+after its lease has committed: a ``kill -9`` fetches again only pages whose
+committed state says they were in flight.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ class SQLiteDataManager(SQLDataManager):
     16,100 page writes with 5 ms, 10,200 with 20 ms). A page is requested only once its
     lease committed, so a ``kill -9`` still fetches again only pages in flight."""
     group_commit_calls: ClassVar[int] = 256
-    """...or this many calls, whichever comes first (and when a thread goes idle)."""
+    """...or this many calls, whichever comes first; an idle thread commits a group that is
+    due, and waits no longer than until it is (:meth:`wait_for_work`)."""
     url_pages_kept: ClassVar[int] = 4096
     """Pages remembered by URL for the links of later pages (about 0.7 MB)."""
     front_batch: ClassVar[int] = 32
@@ -319,7 +321,14 @@ class SQLiteDataManager(SQLDataManager):
                 self._commit()
 
     def wait_for_work(self, timeout: float, kind: str = "") -> None:
-        self.flush()  # nothing else to do: make the finished pages durable now
+        # Nothing else to do: the finished pages become durable when the group is
+        # group_commit_s old, as if calls went on; a thread waits no longer than that.
+        if self._group_open:  # a hint read, like flush()'s
+            left = self.group_commit_s - (time.monotonic() - self._group_started)
+            if left <= 0:
+                self.flush()
+            else:
+                timeout = min(timeout, left)
         super().wait_for_work(timeout, kind)
 
     @property
