@@ -8,6 +8,8 @@ deadline: the server saw the client hang up long before it had sent everything.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from rawtcp import tcp_server
 
 from rccrawler.config import CrawlSettings
 from rccrawler.exceptions import FetchError
-from rccrawler.web.fetch import Fetcher, _Deadline, _Watchdog
+from rccrawler.web.fetch import Fetcher, _Deadline, _GuardedHTTPConnection, _Watchdog
 
 DRIPS = 400
 """Bytes a drip server would send, one per ``interval``: 40 s at 0.1 s, far past any deadline."""
@@ -165,3 +167,30 @@ def test_the_deadline_thread_sleeps_through_requests_that_end_in_time():
         assert condition.notified == 1
     finally:
         watchdog.close()
+
+
+def test_a_connection_sets_its_sockets_timeout_without_a_system_call_when_unchanged():
+    """urllib3 sets the socket's timeout twice a request, to the same value: the
+    connection's socket skips the ioctl (a turn of the GIL) then. Seen from outside: a
+    non-blocking flag cleared behind Python's back stays cleared by an unchanged
+    timeout, and a new timeout still sets the mode."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        conn = _GuardedHTTPConnection("127.0.0.1", server.getsockname()[1], timeout=5)
+        conn.connect()
+        try:
+            sock = conn.sock
+            assert sock is not None
+
+            def nonblocking() -> bool:
+                return bool(fcntl.fcntl(sock.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK)
+
+            assert sock.gettimeout() == 5 and nonblocking()
+            os.set_blocking(sock.fileno(), True)
+            sock.settimeout(5)
+            assert not nonblocking()  # no system call: the flag stayed as it was
+            sock.settimeout(None)
+            assert sock.gettimeout() is None and not nonblocking()
+            sock.settimeout(2)
+            assert sock.gettimeout() == 2 and nonblocking()
+        finally:
+            conn.close()

@@ -401,6 +401,19 @@ def _attach(sock: socket.socket | None) -> None:
         deadline.attach(sock)
 
 
+class _SteadyTimeoutSocket(socket.socket):
+    """A socket whose ``settimeout`` makes no system call when the timeout stays the
+    same. urllib3 sets it twice a request (before the request and before the response),
+    each an ``ioctl`` with the GIL let go, and the Fetcher's connect and read timeouts
+    are one value. (``gettimeout`` reads what every method that changes the mode set.)"""
+
+    __slots__ = ()
+
+    def settimeout(self, value: float | None) -> None:
+        if value != self.gettimeout():
+            super().settimeout(value)
+
+
 class _GuardedMixin:
     """Hands every socket a connection uses to the current request's deadline.
 
@@ -417,6 +430,8 @@ class _GuardedMixin:
 
     @sock.setter
     def sock(self, value: socket.socket | None) -> None:
+        if type(value) is socket.socket:  # a plain TCP socket (TLS wraps it later)
+            value.__class__ = _SteadyTimeoutSocket
         self._guarded_sock = value
         _attach(value)
 
