@@ -331,8 +331,6 @@ class _Watchdog:
         self._asleep_until = math.inf
         """When the thread, asleep, looks at the heap again by itself: a deadline later than
         that needs no wake-up."""
-        self.wakeups = 0
-        """Times the thread woke (at a deadline, or woken by :meth:`watch` or :meth:`close`)."""
 
     def watch(self, deadline: _Deadline) -> None:
         with self._wake:
@@ -369,7 +367,6 @@ class _Watchdog:
                     self._asleep_until = self._heap[0][0] if self._heap else math.inf
                     wait = self._asleep_until - self.clock() if self._heap else None
                     self._wake.wait(wait)
-                    self.wakeups += 1
                 if self._closed:
                     return
                 _, _, due = heapq.heappop(self._heap)
