@@ -18,6 +18,9 @@ import sys
 import time
 from typing import Any
 
+import common  # noqa: F401  (puts tests/ on sys.path, for support.processes)
+from support.processes import child_pids
+
 import plugins.search.index as search_index
 import plugins.search.manager as search_manager
 from rccrawler.commands.main import main as rccrawler_main
@@ -45,19 +48,8 @@ STARTED = int(stat_fields("self")[19]) / TICKS
 """When this process started, in seconds since boot: the imports count as start-up."""
 
 
-def children() -> list[str]:
-    found: list[str] = []
-    for thread in os.listdir(f"/proc/{os.getpid()}/task"):
-        try:
-            with open(f"/proc/{os.getpid()}/task/{thread}/children") as listed:
-                found += listed.read().split()
-        except OSError:
-            continue
-    return found
-
-
 def mark(what: str) -> None:
-    others = " ".join(f"{pid}:{cpu_seconds(pid):.2f}" for pid in children())
+    others = " ".join(f"{pid}:{cpu_seconds(pid):.2f}" for pid in sorted(child_pids(os.getpid())))
     # One write a line: two threads mark at once (the lists and the graph files).
     sys.stderr.write(f"{time.clock_gettime(time.CLOCK_BOOTTIME) - STARTED:7.3f} s  crawl "
                      f"{cpu_seconds(os.getpid()):.2f} CPU s  {others}  {what}\n")  # fmt: skip

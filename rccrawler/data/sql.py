@@ -166,7 +166,8 @@ _ANSWER = (
     "bytes = ?, downloaded = ?, truncated = ?, error_code = ''"
 )
 """The columns of a page's HTML answer, set with :func:`_answer_values`: written when the
-download is held (:meth:`SQLDataManager._hold_download`) and again by the parse's store."""
+download is held (:meth:`SQLDataManager._hold_download`) or is a duplicate, and again by
+the parse's store."""
 
 
 def _answer_values(page: PageData) -> tuple[object, ...]:
@@ -806,25 +807,23 @@ class SQLDataManager(DataManager):
                 self._set_page(cur, page_id, columns)
                 self._on_move(page, state, error=outcome.error, size=size if answered else 0)
                 return
-            first = self._first_with_hash(cur, page.host, content_hash, page_id)
-            if first is not None:
-                cur.execute(
-                    self._sql(
-                        "UPDATE pages SET state = 'done', owner = '', download_attempts = ?, "
-                        "http_status = 200, content_type = ?, content_hash = ?, replace_id = ?, "
-                        "bytes = ?, downloaded = ?, truncated = ?, error_code = '' WHERE id = ?"
-                    ),
-                    (outcome.attempts, result.content_type, content_hash, first, size, True,
-                     result.truncated, page_id),
-                )  # fmt: skip
-                self._on_move(page, PageState.DONE, duplicate=True, size=size)
-                return
-            self._on_move(page, PageState.DOWNLOADED, size=size)
-            page.state = PageState.DOWNLOADED
             page.http_status, page.content_type = 200, result.content_type
             page.content_hash, page.bytes = content_hash, size
             page.download_attempts, page.downloaded = outcome.attempts, True
             page.truncated, page.error_code = result.truncated, ""
+            first = self._first_with_hash(cur, page.host, content_hash, page_id)
+            if first is not None:
+                cur.execute(
+                    self._sql(
+                        "UPDATE pages SET state = 'done', owner = '', replace_id = ?, "
+                        f"{_ANSWER} WHERE id = ?"
+                    ),
+                    (first, *_answer_values(page), page_id),
+                )
+                self._on_move(page, PageState.DONE, duplicate=True, size=size)
+                return
+            self._on_move(page, PageState.DOWNLOADED, size=size)
+            page.state = PageState.DOWNLOADED
             page.robots_tags = result.robots_tags
             self._hold_download(cur, page, claim.now)
             self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))

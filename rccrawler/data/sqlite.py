@@ -292,11 +292,14 @@ class SQLiteDataManager(SQLDataManager):
             self._group_calls += 1
         self._transaction_ended(committed=True)
         if self._group_open and (
-            self._group_calls >= self.group_commit_calls
-            or time.monotonic() - self._group_started >= self.group_commit_s
+            self._group_calls >= self.group_commit_calls or self._group_due_in() <= 0
         ):
             self._commit()
         self._wake()
+
+    def _group_due_in(self) -> float:
+        """Seconds until the open group transaction is group_commit_s old (<= 0: due)."""
+        return self.group_commit_s - (time.monotonic() - self._group_started)
 
     def _commit(self) -> None:
         """Commit the group transaction, if one is open (lock held)."""
@@ -324,7 +327,7 @@ class SQLiteDataManager(SQLDataManager):
         # Nothing else to do: the finished pages become durable when the group is
         # group_commit_s old, as if calls went on; a thread waits no longer than that.
         if self._group_open:  # a hint read, like flush()'s
-            left = self.group_commit_s - (time.monotonic() - self._group_started)
+            left = self._group_due_in()
             if left <= 0:
                 self.flush()
             else:
