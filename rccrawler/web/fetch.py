@@ -40,10 +40,13 @@ from urllib3.util.retry import Retry
 
 from rccrawler.exceptions import FetchError
 from rccrawler.records import DownloadResult, HttpExchange
+from rccrawler.web import headers as header_parse
 
 if TYPE_CHECKING:
     from rccrawler.config import CrawlSettings
 logger = logging.getLogger(__name__)
+
+header_parse.install()  # every response's header block, without the email package (see there)
 
 
 ERROR_KINDS = ("connection_refused", "dns", "tls", "timeout", "connection", "proxy",
