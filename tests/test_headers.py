@@ -93,25 +93,41 @@ def test_random_header_blocks_parse_as_http_client_parses_them():
     assert plain > 500  # the fast path was compared, not only the fallback
 
 
-def test_plain_headers_skip_the_email_parser():
-    """The point of the module: no FeedParser for a plain block (counted, not timed)."""
+@pytest.fixture
+def fed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What the email package's FeedParser is fed from now on."""
     import email.feedparser
 
-    fed = []
+    texts: list[str] = []
     original = email.feedparser.FeedParser.feed
 
     def counting(self: email.feedparser.FeedParser, data: str) -> None:
-        fed.append(data)
+        texts.append(data)
         original(self, data)
 
-    email.feedparser.FeedParser.feed = counting  # type: ignore[method-assign]
-    try:
-        headers.parse_headers(io.BytesIO(PLAIN))
-        assert fed == []
-        headers.parse_headers(io.BytesIO(b"A: b\r\n folded\r\n\r\n"))
-        assert fed == ["A: b\r\n folded\r\n\r\n"]
-    finally:
-        email.feedparser.FeedParser.feed = original  # type: ignore[method-assign]
+    monkeypatch.setattr(email.feedparser.FeedParser, "feed", counting)
+    return texts
+
+
+def test_plain_headers_skip_the_email_parser(fed):
+    """The point of the module: no FeedParser for a plain block (counted, not timed)."""
+    headers.parse_headers(io.BytesIO(PLAIN))
+    assert fed == []
+    headers.parse_headers(io.BytesIO(b"A: b\r\n folded\r\n\r\n"))
+    assert fed == ["A: b\r\n folded\r\n\r\n"]
+
+
+def test_another_message_class_is_made_by_the_email_parser(fed):
+    """An http.server's MessageClass may be a subclass with its own ways: it is built
+    as http.client builds it, through the email parser."""
+
+    class Message(http.client.HTTPMessage):
+        pass
+
+    message = headers.parse_headers(io.BytesIO(PLAIN), Message)
+    assert type(message) is Message and len(fed) == 1
+    assert message.items() == [("Server", "nginx"), ("Content-Type", "text/html"),
+                               ("Content-Length", "5")]  # fmt: skip
 
 
 def test_fetched_responses_carry_every_header_as_sent():

@@ -37,7 +37,9 @@ def parse_headers(fp: BinaryIO, _class: type[http.client.HTTPMessage] = http.cli
     """``http.client.parse_headers``: the header lines of ``fp`` up to the blank line,
     read with http.client's limits, as a ``_class`` message."""
     text = b"".join(http.client._read_headers(fp)).decode("iso-8859-1")  # type: ignore[attr-defined]
-    if _PLAIN_BLOCK.fullmatch(text) is None:
+    if _class is not http.client.HTTPMessage or _PLAIN_BLOCK.fullmatch(text) is None:
+        # Another message class (an http.server's MessageClass) may build itself its
+        # own way: the email parser makes it, as before.
         return email.parser.Parser(_class=_class).parsestr(text)
     message = _class()
     # The lines end in "\n" (some in "\r\n"); the last two pieces are the blank line.
