@@ -7,7 +7,8 @@ thread: each HTML page of the site is read from disk and parsed once beforehand 
 links, classified as a ParsingThread classifies them, less the robots and scope rules,
 which allow everything here); then, breadth-first from the start page, each page is
 leased (``take_for_download``), stored as downloaded (``store_download``, with the
-file's body and its hash), taken for parsing and stored with its links
+file's body and its hash, which is the downloader's work and not counted), taken for
+parsing and stored with its links
 (``store_parse``), as the threads of a crawl would, one page at a time. Each figure is
 the thread CPU a call of the fastest of ``--runs`` replays, each on a fresh state.
 
