@@ -133,6 +133,9 @@ class Settings:
     """DownloadingThreads (fetching is I/O bound: several per core)."""
     parsing_threads: int = 2
     """ParsingThreads."""
+    one_core: bool = False
+    """Keep the crawl's threads on one CPU core (see :mod:`rccrawler.cpus`): faster where
+    handing the GIL between cores costs more than parsing in parallel gains."""
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
     """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
@@ -486,8 +489,13 @@ def settings_from_mapping(
     if not isinstance(threads, dict):
         raise ConfigError("threads", "must be a mapping like {downloading: 8, parsing: 2}")
     for key, value in threads.items():
-        if key not in ("downloading", "parsing"):
-            raise ConfigError(f"threads.{key}", "unknown key (allowed: downloading, parsing)")
+        if key not in ("downloading", "parsing", "one_core"):
+            raise ConfigError(
+                f"threads.{key}", "unknown key (allowed: downloading, parsing, one_core)"
+            )
+        if key == "one_core":
+            _check_type("threads.one_core", value, (bool,), "true or false")
+            continue
         _check_type(f"threads.{key}", value, (int,), "a whole number >= 1")
         if value < 1:
             raise ConfigError(f"threads.{key}", "must be >= 1")
@@ -529,6 +537,7 @@ def settings_from_mapping(
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
         downloading_threads=threads.get("downloading", 8),
         parsing_threads=threads.get("parsing", 2),
+        one_core=threads.get("one_core", False),
         crawl=crawl,
         storage=storage,
         parser=parser,

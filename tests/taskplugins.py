@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import ClassVar
 
 from plugins.webgraph import WebGraphManager
-from rccrawler import ParsingThread, ResultUnloader, TaskTable
+from rccrawler import DownloadingThread, ParsingThread, ResultUnloader, TaskTable
 from rccrawler.unloaders import atomic_write
 
 TITLES = TaskTable("test_titles", (("url", "text"), ("title", "text")))
@@ -59,3 +60,25 @@ class LinkHookRecorder(ParsingThread):
 
     def found_other_link(self, page, url):
         self.record("other", page, url)
+
+
+class CpuRecorder:
+    """The CPUs each crawl thread may run on, as the recorder threads below see them."""
+
+    seen: ClassVar[dict[str, frozenset[int]]] = {}
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def record(cls) -> None:
+        with cls.lock:
+            cls.seen[threading.current_thread().name] = frozenset(os.sched_getaffinity(0))
+
+
+class CpuRecordingDownloader(DownloadingThread):
+    def process_response(self, url, result):
+        CpuRecorder.record()
+
+
+class CpuRecordingParser(ParsingThread):
+    def process_page(self, page, body, parsed):
+        CpuRecorder.record()

@@ -24,6 +24,7 @@ CASES = [
     ({**GOOD, "crawl": {"max_downloads_at_time": 0}}, "crawl.max_downloads_at_time"),
     ({**GOOD, "threads": {"downloading": "eight"}}, "threads.downloading"),
     ({**GOOD, "threads": {"fetching": 2}}, "threads.fetching"),
+    ({**GOOD, "threads": {"one_core": "yes"}}, "threads.one_core"),
     ({"crawl": {"max_depth": 2}}, "sites"),
     ({**GOOD, "sites": []}, "sites"),
     ({**GOOD, "sites": ["not a host"]}, "sites[0]"),

@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rccrawler.context",
             "rccrawler.state",
             "rccrawler.memory",
+            "rccrawler.cpus",
             "rccrawler.finisher",
             "rccrawler.unloaders",
             "rccrawler.threads",

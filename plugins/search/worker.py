@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from plugins.search.index import page_rows
 from plugins.search.settings import index_caps, text_processor
+from rccrawler.cpus import use_the_crawl_process_cpus
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -112,6 +113,7 @@ def serve(connection: Connection, settings: Settings) -> None:
     """A worker's life: (function, arguments) in, ("ok", result) or ("error", what)
     out, in the order they came, until None or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the crawl decides when to stop
+    use_the_crawl_process_cpus()  # not the one core of a crawl thread (threads.one_core)
     _Worker.processor = text_processor(settings)
     _Worker.caps = index_caps(settings)
     requests: queue.SimpleQueue[Any] = queue.SimpleQueue()

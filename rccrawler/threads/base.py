@@ -6,6 +6,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, ClassVar
 
+from rccrawler.cpus import keep_this_thread_on_one_core
 from rccrawler.exceptions import StateError
 from rccrawler.web.robots import RobotsRules, product_token
 
@@ -47,6 +48,8 @@ class CrawlerThread(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.settings.one_core:
+                keep_this_thread_on_one_core()
             while not self.stopping.is_set():
                 if not self.step():
                     self.data.wait_for_work(self.idle_wait, self.work_kind)
