@@ -5,7 +5,7 @@ read, SQLite step and lock. Between two threads on one core a handover is a swit
 between cores it is a wake-up of the other core, which on a virtual machine may first
 have to be scheduled, and the GIL's and the data's cache lines move with it. On a
 fast server (loopback) with small pages that made a crawl of the PostgreSQL docs take
-1.4 times as long on two cores as on one (``benchmarks/crawl_bench.py``). What one
+1.35 times as long on two cores as on one (paired runs; README, "Performance"). What one
 core gives up is the work done outside the GIL in parallel: lexbor's parse of large
 pages, so sites of large pages crawl a few per cent slower that way. Hence a setting.
 
