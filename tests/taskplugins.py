@@ -63,22 +63,22 @@ class LinkHookRecorder(ParsingThread):
 
 
 class CpuRecorder:
-    """The CPUs each crawl thread may run on, as the recorder threads below see them."""
+    """The CPUs the recorder threads below ran on, by (thread kind, page URL)."""
 
-    seen: ClassVar[dict[str, frozenset[int]]] = {}
+    seen: ClassVar[dict[tuple[str, str], frozenset[int]]] = {}
     lock: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
-    def record(cls) -> None:
+    def record(cls, kind: str, url: str) -> None:
         with cls.lock:
-            cls.seen[threading.current_thread().name] = frozenset(os.sched_getaffinity(0))
+            cls.seen[(kind, url)] = frozenset(os.sched_getaffinity(0))
 
 
 class CpuRecordingDownloader(DownloadingThread):
     def process_response(self, url, result):
-        CpuRecorder.record()
+        CpuRecorder.record("download", url)
 
 
 class CpuRecordingParser(ParsingThread):
     def process_page(self, page, body, parsed):
-        CpuRecorder.record()
+        CpuRecorder.record("parse", page.url)

@@ -1,4 +1,5 @@
-"""threads.one_core: the crawl's threads on one CPU core, its processes not (Linux)."""
+"""threads.one_core: the crawl's threads on one CPU core (but for large parses), its
+processes not (Linux)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import sys
 import threading
 
 import pytest
-from support.sites import generated_site
 from taskplugins import CpuRecorder
+from webserver import Resource
 
 from rccrawler.config import settings_from_mapping
+from rccrawler.cpus import LARGE_PARSE_BYTES
 from rccrawler.exceptions import ConfigError
 
 pytestmark = pytest.mark.skipif(
@@ -20,24 +22,37 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def site_with_a_large_page() -> dict[str, Resource]:
+    """Small pages, and one over LARGE_PARSE_BYTES (lexbor's work, worth the other core)."""
+    small = [f"/p{n}" for n in range(12)]
+    links = "".join(f'<a href="{path}">{path}</a> ' for path in [*small, "/large"])
+    site = {"/": Resource(f"<html><body>{links}</body></html>".encode())}
+    for path in small:
+        site[path] = Resource(f'<html><body><a href="/">home</a> {path}</body></html>'.encode())
+    filler = "<p>words of a long page</p>" * (LARGE_PARSE_BYTES // 20)
+    site["/large"] = Resource(f'<html><body><a href="/">home</a>{filler}</body></html>'.encode())
+    return site
+
+
 @pytest.mark.parametrize("one_core", [True, False])
-def test_one_core_keeps_every_crawl_thread_on_one_cpu_and_the_main_thread_free(
-    serve, crawler, one_core
-):
+def test_one_core_keeps_the_crawl_threads_on_one_cpu_but_large_parses(serve, crawler, one_core):
     allowed = frozenset(os.sched_getaffinity(0))
     CpuRecorder.seen.clear()
-    server = serve({"a.test": generated_site("a.test", 40, fanout=4)})
+    server = serve({"a.test": site_with_a_large_page()})
     result = crawler.run(
         ["a.test"], server.resolve,
         threads={"downloading": 3, "parsing": 2, "one_core": one_core},
         downloading_thread="taskplugins.CpuRecordingDownloader",
         parsing_thread="taskplugins.CpuRecordingParser",
     )  # fmt: skip
-    assert len(result.graph("a.test").urls) == 40  # the crawl is whole either way
-    threads = {name.split("-")[0] for name in CpuRecorder.seen}
-    assert threads == {"CpuRecordingDownloader", "CpuRecordingParser"}
-    expected = frozenset({max(allowed)}) if one_core else allowed
-    assert set(CpuRecorder.seen.values()) == {expected}
+    assert len(result.graph("a.test").urls) == 14  # the crawl is whole either way
+    one = frozenset({max(allowed)}) if one_core else allowed
+    seen = CpuRecorder.seen
+    downloads = {cpus for (kind, _url), cpus in seen.items() if kind == "download"}
+    assert len(downloads) == 1 and downloads == {one}
+    assert seen[("parse", "http://a.test/large")] == allowed
+    small = {cpus for (kind, url), cpus in seen.items() if kind == "parse" and "large" not in url}
+    assert small == {one}  # back on the core after the large page, whichever thread had it
     assert frozenset(os.sched_getaffinity(0)) == allowed  # this (the main) thread: untouched
 
 
@@ -50,9 +65,9 @@ def test_a_process_started_from_a_kept_thread_takes_the_crawl_process_cpus():
     outputs: dict[str, str] = {}
 
     def kept_thread() -> None:
-        from rccrawler.cpus import keep_this_thread_on_one_core
+        from rccrawler.cpus import thread_cores
 
-        keep_this_thread_on_one_core()
+        assert thread_cores() is not None  # kept on one core
         for name, code in (("inherited", show), ("asked", asked)):
             outputs[name] = subprocess.run(
                 [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, ClassVar
 
-from rccrawler.cpus import keep_this_thread_on_one_core
+from rccrawler.cpus import ThreadCores, thread_cores
 from rccrawler.exceptions import StateError
 from rccrawler.web.robots import RobotsRules, product_token
 
@@ -45,11 +45,13 @@ class CrawlerThread(threading.Thread):
         self.robots_token = product_token(self.settings.crawl.user_agent)
         """The crawler's name in robots rules: its User-Agent's product token."""
         self._scopes: dict[str, ScopeRules] = {}
+        self.cores: ThreadCores | None = None
+        """The CPUs this thread runs on, when ``threads.one_core`` keeps it on one core."""
 
     def run(self) -> None:
         try:
             if self.settings.one_core:
-                keep_this_thread_on_one_core()
+                self.cores = thread_cores()
             while not self.stopping.is_set():
                 if not self.step():
                     self.data.wait_for_work(self.idle_wait, self.work_kind)

@@ -41,6 +41,8 @@ class ParsingThread(CrawlerThread):
         if item is None:
             return False
         page, body = item
+        if self.cores is not None:
+            self.cores.place_parse(len(body))
         self.finish_page(page, body, self.parse_page(page, body))
         return True
 
