@@ -28,15 +28,20 @@ def count_args(doc: str | None, **counts: int) -> argparse.Namespace:
 
 
 def write_settings(
-    folder: Path, sites: list[str], *, resolve: dict[str, str] | None = None, **crawl: Any
+    folder: Path,
+    sites: list[str],
+    *,
+    resolve: dict[str, str] | None = None,
+    threads: dict[str, Any] | None = None,
+    **crawl: Any,
 ) -> Path:
     """A settings.yaml for a fast crawl (no delay, 8 downloaders) with state and output
-    under ``folder``; ``crawl`` keys override the ``crawl:`` defaults."""
+    under ``folder``; ``threads`` and ``crawl`` keys override the defaults of theirs."""
     settings = {
         "sites": sites,
         "state_dir": str(folder / "state"),
         "output_dir": str(folder / "output"),
-        "threads": {"downloading": 8, "parsing": 2},
+        "threads": {"downloading": 8, "parsing": 2, **(threads or {})},
         "crawl": {
             "crawl_delay_ms": 0,
             "max_downloads_at_time": 8,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import importlib.util
 import json
 import os
@@ -413,9 +414,13 @@ def tail(path: Path, lines: int = 8) -> str:
 # --- the three crawlers ---------------------------------------------------------------
 
 
-def crawl_ours(url: str, folder: Path, timeout: float) -> tuple[Measure, int, set[str], str]:
-    """rccrawler with the settings of the issue; pages from report.json, URLs from nodes.csv."""
-    config = write_settings(folder, [url], obey_robots=True, max_depth=1000)
+def crawl_ours(
+    url: str, folder: Path, timeout: float, *, one_core: bool = False
+) -> tuple[Measure, int, set[str], str]:
+    """rccrawler with the settings of the issue (and ``threads.one_core`` if asked);
+    pages from report.json, URLs from nodes.csv."""
+    threads = {"one_core": True} if one_core else None
+    config = write_settings(folder, [url], threads=threads, obey_robots=True, max_depth=1000)
     cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
     report_path = folder / "output" / "report.json"
@@ -658,6 +663,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="one run of each crawler")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per crawl")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--one-core", action="store_true", help="rccrawler with threads.one_core: true"
+    )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sites.split(",") if name.strip()]
     unknown = [name for name in names if name not in SITES]
@@ -673,6 +681,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.one_core:  # the same three crawlers, rccrawler's threads kept on one core
+        CRAWL["ours"] = functools.partial(crawl_ours, one_core=True)
+        LABELS["ours"] = "rccrawler (one_core)"
     started = time.monotonic()
     sites: list[Site] = args.sites
     ensure_packages([*(site.package for site in sites), *TOOL_PACKAGES])
