@@ -51,12 +51,15 @@ class ThreadCores:
 
     def place_parse(self, body_bytes: int) -> None:
         """Where to parse a body of ``body_bytes``: any core for a large one, else here."""
-        self._move(self.all if body_bytes >= LARGE_PARSE_BYTES else self.one)
+        try:
+            self._move(self.all if body_bytes >= LARGE_PARSE_BYTES else self.one)
+        except OSError as exc:  # a CPU taken away meanwhile: the thread parses where it is
+            logger.debug("CPUs not changed for a parse: %s", exc)
 
     def _move(self, cpus: frozenset[int]) -> None:
         if cpus != self._now:
+            self._now = cpus  # asked once: a refusal is not asked again each page
             os.sched_setaffinity(0, cpus)
-            self._now = cpus
 
 
 def thread_cores() -> ThreadCores | None:
@@ -65,7 +68,11 @@ def thread_cores() -> ThreadCores | None:
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         return None
     cores = ThreadCores()
-    cores.keep()
+    try:
+        cores.keep()
+    except OSError as exc:  # a container may forbid it: the crawl runs as it would without
+        logger.warning("threads.one_core: a thread is not kept on one core: %s", exc)
+        return None
     return cores
 
 

@@ -90,3 +90,21 @@ def test_one_core_must_be_true_or_false(value):
 def test_one_core_is_off_unless_asked():
     assert settings_from_mapping({"sites": ["a.test"]}).one_core is False
     assert settings_from_mapping({"sites": ["a.test"], "threads": {"one_core": True}}).one_core
+
+
+def test_a_refused_core_leaves_the_thread_running_where_it_was(monkeypatch):
+    """A container may forbid changing CPUs: the thread goes on unkept, nothing raises."""
+    from rccrawler import cpus
+
+    asked: list[object] = []
+
+    def refuse(pid: int, mask: object) -> None:
+        asked.append(mask)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(cpus.os, "sched_setaffinity", refuse)
+    assert cpus.thread_cores() is None
+    cores = cpus.ThreadCores()
+    cores.place_parse(cpus.LARGE_PARSE_BYTES - 1)  # refused: logged, not raised
+    cores.place_parse(0)  # the same core: not asked again
+    assert len(asked) == 2  # thread_cores() once, the first small parse once
