@@ -40,7 +40,7 @@ from rccrawler.records import DownloadResult, FoundLink, HostData, SkippedLink, 
 from rccrawler.threads.downloading import content_hash
 from rccrawler.web.fetch import Fetcher
 from rccrawler.web.html import parse_html
-from rccrawler.web.urls import link_scope, normalize_url, request_url
+from rccrawler.web.urls import host_of, link_scope, normalize_url, request_url
 
 CALLS = ("take_for_download", "store_download", "take_for_parsing", "store_parse")
 Links = tuple[list[FoundLink], list[SkippedLink]]
@@ -62,7 +62,7 @@ def classify(links: tuple[str, ...], host: str) -> Links:
 
 def site_pages(root: Path, base: str) -> dict[str, tuple[bytes, Links]]:
     """Every HTML page of the site by normalized URL: its body and its classified links."""
-    host = base.split("/")[2]
+    host = host_of(base)
     pages = {}
     for path in sorted(root.rglob("*.html")):
         url = base + str(path.relative_to(root))
@@ -77,7 +77,7 @@ def site_pages(root: Path, base: str) -> dict[str, tuple[bytes, Links]]:
 @contextmanager
 def fresh_crawl(base: str) -> Iterator[SQLiteDataManager]:
     """A new crawl state of one site at ``base``, its robots.txt stored (none)."""
-    host = base.split("/")[2]
+    host = host_of(base)
     with tempfile.TemporaryDirectory(prefix="store-cost-") as folder:
         data = SQLiteDataManager(Path(folder) / "crawl.sqlite3")
         data.open()
@@ -130,7 +130,7 @@ def replay(pages: dict[str, tuple[bytes, Links]], base: str) -> tuple[CallClock,
 def one_thread_crawl(base: str) -> tuple[float, float, int]:
     """The whole crawl of the site at ``base`` in this thread, page after page: thread
     CPU seconds, wall seconds and the pages parsed."""
-    host = base.split("/")[2]
+    host = host_of(base)
     fetcher = Fetcher(CrawlSettings(cookies=False))
     cpu, wall, parsed = time.thread_time(), time.perf_counter(), 0
     try:
