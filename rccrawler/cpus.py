@@ -65,9 +65,11 @@ class ThreadCores:
 def thread_cores() -> ThreadCores | None:
     """The calling thread's :class:`ThreadCores`, kept on its core; None where there is
     no core to keep it on (not Linux, or a single CPU)."""
-    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+    if not hasattr(os, "sched_setaffinity"):
         return None
     cores = ThreadCores()
+    if len(cores.all) < 2:
+        return None
     try:
         cores.keep()
     except OSError as exc:  # a container may forbid it: the crawl runs as it would without
