@@ -244,8 +244,12 @@ def _defuse_nuls(data: bytes) -> bytes:
 
 
 _DEPTH_SCAN_TAGS = 16_384
-"""Pages with fewer ``<`` than this are not scanned for depth: even nested all the way
-down they parse in well under 0.1 s; above it a tree builder's cost grows with depth²."""
+"""Pages with fewer ``<`` than this are not scanned for depth; above it a tree builder's
+cost grows with depth². Nested all the way down, such a page costs a parsing thread
+about half a second, outside the GIL (selectolax 1.0.2: 16,000 nested ``<div>`` 0.43 s,
+8,000 0.11 s, another thread running meanwhile; ``<span>`` or ``<b>``, which walk no
+scope, 4 ms): bounded, and cheaper for a crawl than scanning every page of 4,096 tags
+or more (149 of the Python docs' 530 pages, against 11 above this)."""
 _WS = rb"\t\n\f\r "
 _TAG_BODY = (
     rb"(?:[" + _WS + rb"/]++|(?>[^" + _WS + rb"/>][^" + _WS + rb"/>=]*+)"
