@@ -74,6 +74,21 @@ def test_href_resolution(parser: str, href: str, expected: str) -> None:
     assert links(f'<a href="{href}">x</a>', parser) == (expected,)
 
 
+def test_repeated_hrefs_give_each_link_once_in_first_seen_order(parser: str) -> None:
+    """A page's hrefs, with their repeats, fragments and white space, give the links
+    that each href gives alone, each once, in the order first seen (the spellings are
+    deduplicated before they are cleaned, cut and resolved)."""
+    spellings = ["a", "a#x", "a#y", " a", "a\t", "\na#z", "b", "/dir/b", "../c", "#top", "",
+                 "?q=1", "c#z", "a #x", "a%20", "d/", "./d/", "e?x=1#f"]  # fmt: skip
+    rng = random.Random(14)
+    for _ in range(40):
+        hrefs = [rng.choice(spellings) for _ in range(rng.randrange(1, 60))]
+        alone = [links(f'<a href="{href}">x</a>', parser) for href in hrefs]
+        expected = tuple(dict.fromkeys(link for found in alone for link in found))
+        page = "".join(f'<a href="{href}">x</a>' for href in hrefs)
+        assert links(page, parser) == expected, hrefs
+
+
 @pytest.mark.parametrize("doc", ['<a href="">self</a>', "<a href>self</a>", '<a href=" ">x</a>'])
 def test_empty_href_links_to_the_page_itself(parser: str, doc: str) -> None:
     assert links(doc, parser) == (PAGE_NO_FRAGMENT,)

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from selectolax.lexbor import LexborHTMLParser
 
@@ -152,8 +152,10 @@ def _resolve_links(
     # The resolving is lazy, so a page of a million links stops costing at the cap (the
     # hrefs before it are as many as the <a> tags parsed: see _limit_anchors). The
     # fragment is cut first, as the resolver drops it anyway: Sphinx's "#section" and
-    # "page.html#name" links then collapse into one href each.
-    distinct = dict.fromkeys(_without_fragments(hrefs))  # first-seen order
+    # "page.html#name" links then collapse into one href each. Exact repeats go before
+    # that, so each spelling is cleaned and cut once (the SQLAlchemy docs' 73,130 hrefs
+    # are 35,545 spellings, the Python docs' 164,265 are 99,649); order is first-seen.
+    distinct = dict.fromkeys(_without_fragments(dict.fromkeys(hrefs)))
     # A relative path resolves against the base's directory alone, so resolving it there
     # lets the resolver's cache serve every page of that directory.
     directory = _directory_of(base_url)
@@ -579,9 +581,10 @@ def _lexbor_namespace(node: LexborNode, memo: dict[int, str]) -> str:
     return _namespace_step(child_ns, node)[0]
 
 
-_MISSING = object()
+_MISSING = "\x00 no such attribute"
 """What ``attrs.get`` gives for an attribute the element lacks (None is the value of a
-bare ``<a href>``, which is a link)."""
+bare ``<a href>``, which is a link), told apart by identity: a string, so the values
+need no ``cast`` (a Python call per link)."""
 _LINK_TAGS = ("a", "base", "meta", "svg", "math")
 """The elements a links-only parse reads (<svg> and <math> for their namespaces)."""
 _FULL_TAGS = (*_LINK_TAGS, "title", *_SKIPPED_TEXT_TAGS, *_HEADINGS)
@@ -600,7 +603,7 @@ def _attribute_values(nodes: Iterable[LexborNode], name: str) -> list[str]:
     ``tag[name]`` selects them; ``attrs`` reads one attribute (``attributes`` would
     build a dict of them all, per node)."""
     values = [node.attrs.get(name, _MISSING) for node in nodes]
-    return [cast("str | None", value) or "" for value in values if value is not _MISSING]
+    return [value or "" for value in values if value is not _MISSING]
 
 
 def _drop_skipped_text(skipped: Iterable[LexborNode]) -> set[int]:
@@ -626,7 +629,7 @@ def _parse_lexbor(data: bytes, page_url: str, full: bool, max_links: int | None,
     tree = LexborHTMLParser(data)  # UTF-8 bytes: read as they are, without a copy
     found: defaultdict[str, list[LexborNode]] = defaultdict(list)
     for node in tree.css(_SELECTORS[full]):  # in document order
-        tag = cast("str", node.tag)
+        tag = node.tag or ""  # an element's, never None (no cast: a Python call per node)
         found[_GROUPS.get(tag, tag)].append(node)
     foreign_roots = [*found["svg"], *found["math"]]
     """The <svg> and <math> elements: only nodes inside them can be foreign."""
