@@ -1049,7 +1049,10 @@ class PostgresDataManager(SQLDataManager):
             return host_from_row(row) if row is not None else None
 
     def _due_in(self) -> float:
-        return max(0.001, min(0.05, self._next_try - time.monotonic()))
+        # The soonest held host due (a crawl delay of 5 ms waited out the look for a host
+        # to lease instead, up to 0.05 s: the PostgreSQL docs took 54 s instead of 6),
+        # or that look, whichever comes first.
+        return min(super()._due_in(), max(0.001, min(0.05, self._next_try - time.monotonic())))
 
     @retry_conflicts
     def take_for_download(self) -> PageData | None:
@@ -1077,6 +1080,7 @@ class PostgresDataManager(SQLDataManager):
     def _take_from_held(self) -> PageData | None:
         """A due page of a host this worker holds (lock held), marked running."""
         now = self._now()
+        self._due_in_s = 1.0
         names = list(self._held)
         if not names:
             return None
@@ -1091,7 +1095,7 @@ class PostgresDataManager(SQLDataManager):
                 continue
             if data.in_flight >= data.max_downloads_at_time:
                 continue
-            if max(data.next_fetch_at, data.retry_after_until) > now:
+            if self._held_back(data, now):
                 continue
             busy = [level for level, n in held.levels.items() if n > 0]
             if not held.queue and not held.exhausted and not held.dry:

@@ -349,6 +349,9 @@ class SQLDataManager(DataManager):
         self._parse_ready = threading.Condition(self._lock)
         self._wake_downloaders = 0
         self._wake_parsers = 0
+        self._due_in_s = 1.0
+        """Seconds until the soonest host held back by its politeness is due, as the last
+        take saw it: how long an idle downloading thread waits (see :meth:`_held_back`)."""
         # Downloaded bodies wait for a parser in this process's memory, not on disk:
         # a page whose links were not stored yet is fetched again after a crash.
         self._parse_queue: list[tuple[int, PageId]] = []
@@ -768,7 +771,17 @@ class SQLDataManager(DataManager):
 
     def _due_in(self) -> float:
         """Seconds until a download may be due, as the last take saw it."""
-        return 1.0
+        return self._due_in_s
+
+    def _held_back(self, host: HostData, now: float) -> bool:
+        """Whether the host's politeness (its crawl delay, a Retry-After) holds its next
+        request back at ``now``; if so, when it is due counts for :meth:`_due_in` (a take
+        starts that count again at 1 s). Lock held."""
+        due = max(host.next_fetch_at, host.retry_after_until)
+        if due <= now:
+            return False
+        self._due_in_s = min(self._due_in_s, due - now)
+        return True
 
     @retry_conflicts
     def store_download(

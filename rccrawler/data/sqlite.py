@@ -168,8 +168,6 @@ class SQLiteDataManager(SQLDataManager):
         """Hosts that may have a page to lease (robots read, pages waiting), in turn: a
         take looks at these, not at every host of the crawl (thousands of sites)."""
         self._candidate_set: set[str] = set()
-        self._due_in_s = 0.0
-        """Seconds until the soonest host becomes due, as the last take saw it."""
         self._db: sqlite3.Connection | None = None
         self._hosts: dict[str, HostData] = {}
         self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
@@ -640,9 +638,6 @@ class SQLiteDataManager(SQLDataManager):
             data = self._hosts.get(host)
             return replace(data) if data is not None else None
 
-    def _due_in(self) -> float:
-        return self._due_in_s
-
     def take_for_download(self) -> PageData | None:
         # Finding nothing is the common case for idle threads: only a lease opens a transaction.
         if self._pending_bytes > self.max_pending_bytes:
@@ -665,9 +660,7 @@ class SQLiteDataManager(SQLDataManager):
                 candidates.rotate(-1)
                 if host.in_flight >= host.max_downloads_at_time:
                     continue
-                due = max(host.next_fetch_at, host.retry_after_until)
-                if due > now:
-                    self._due_in_s = min(self._due_in_s, due - now)
+                if self._held_back(host, now):
                     continue
                 page = self._front_page(host)
                 if page is None:
