@@ -81,8 +81,10 @@ def frontier_growth(target: int) -> dict[str, float]:
             status = subprocess.run(
                 crawler(config, "status", "--json"), capture_output=True, text=True
             )
-            if status.returncode == 0:
-                waiting = json.loads(status.stdout)["sites"][0]["waiting"]
+            # A status taken while the crawl starts may list no site yet.
+            sites = json.loads(status.stdout)["sites"] if status.returncode == 0 else []
+            if sites:
+                waiting = sites[0]["waiting"]
                 if waiting >= target:
                     subprocess.run(crawler(config, "stop"), capture_output=True)
                     break
