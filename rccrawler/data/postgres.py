@@ -1080,7 +1080,7 @@ class PostgresDataManager(SQLDataManager):
     def _take_from_held(self) -> PageData | None:
         """A due page of a host this worker holds (lock held), marked running."""
         now = self._now()
-        self._due_in_s = 1.0
+        self._start_due_count()
         names = list(self._held)
         if not names:
             return None

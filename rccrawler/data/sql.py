@@ -322,6 +322,11 @@ def retry_conflicts(
     return retried
 
 
+DUE_WAIT_MAX_S = 1.0
+"""The longest an idle downloading thread waits for a host to become due: a take that
+finds no host held back by its politeness says this."""
+
+
 class SQLDataManager(DataManager):
     """Every SQL statement of the crawl, once; a backend subclass is its dialect.
 
@@ -349,7 +354,7 @@ class SQLDataManager(DataManager):
         self._parse_ready = threading.Condition(self._lock)
         self._wake_downloaders = 0
         self._wake_parsers = 0
-        self._due_in_s = 1.0
+        self._due_in_s = DUE_WAIT_MAX_S
         """Seconds until the soonest host held back by its politeness is due, as the last
         take saw it: how long an idle downloading thread waits (see :meth:`_held_back`)."""
         # Downloaded bodies wait for a parser in this process's memory, not on disk:
@@ -773,10 +778,15 @@ class SQLDataManager(DataManager):
         """Seconds until a download may be due, as the last take saw it."""
         return self._due_in_s
 
+    def _start_due_count(self) -> None:
+        """A take looks at the hosts again: :meth:`_held_back` counts from the longest wait.
+        Lock held."""
+        self._due_in_s = DUE_WAIT_MAX_S
+
     def _held_back(self, host: HostData, now: float) -> bool:
         """Whether the host's politeness (its crawl delay, a Retry-After) holds its next
-        request back at ``now``; if so, when it is due counts for :meth:`_due_in` (a take
-        starts that count again at 1 s). Lock held."""
+        request back at ``now``; if so, when it is due counts for :meth:`_due_in` (since
+        the take's :meth:`_start_due_count`). Lock held."""
         due = max(host.next_fetch_at, host.retry_after_until)
         if due <= now:
             return False

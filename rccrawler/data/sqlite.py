@@ -644,7 +644,7 @@ class SQLiteDataManager(SQLDataManager):
             return None  # the parsers are behind: let them catch up first
         with self._lock:
             now = self.clock()
-            self._due_in_s = 1.0
+            self._start_due_count()
             candidates = self._candidates
             # Each host in turn, from where the last take stopped: a host that has nothing
             # to lease leaves the queue (a page becoming waiting puts it back).
