@@ -415,11 +415,11 @@ def tail(path: Path, lines: int = 8) -> str:
 
 
 def crawl_ours(
-    url: str, folder: Path, timeout: float, *, one_core: bool = False
+    url: str, folder: Path, timeout: float, *, all_cores: bool = False
 ) -> tuple[Measure, int, set[str], str]:
-    """rccrawler with the settings of the issue (and ``threads.one_core`` if asked);
+    """rccrawler with the settings of the issue (``threads.one_core: false`` if asked);
     pages from report.json, URLs from nodes.csv."""
-    threads = {"one_core": True} if one_core else None
+    threads = {"one_core": False} if all_cores else None
     config = write_settings(folder, [url], threads=threads, obey_robots=True, max_depth=1000)
     cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
@@ -664,7 +664,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per crawl")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
-        "--one-core", action="store_true", help="rccrawler with threads.one_core: true"
+        "--all-cores", action="store_true", help="rccrawler with threads.one_core: false"
     )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sites.split(",") if name.strip()]
@@ -681,9 +681,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.one_core:  # the same three crawlers, rccrawler's threads kept on one core
-        CRAWL["ours"] = functools.partial(crawl_ours, one_core=True)
-        LABELS["ours"] = "rccrawler (one_core)"
+    if args.all_cores:  # the same three crawlers, rccrawler's threads on every core
+        CRAWL["ours"] = functools.partial(crawl_ours, all_cores=True)
+        LABELS["ours"] = "rccrawler (all cores)"
     started = time.monotonic()
     sites: list[Site] = args.sites
     ensure_packages([*(site.package for site in sites), *TOOL_PACKAGES])

@@ -133,9 +133,10 @@ class Settings:
     """DownloadingThreads (fetching is I/O bound: several per core)."""
     parsing_threads: int = 2
     """ParsingThreads."""
-    one_core: bool = False
-    """Keep the crawl's threads on one CPU core (see :mod:`rccrawler.cpus`): faster where
-    handing the GIL between cores costs more than parsing in parallel gains."""
+    one_core: bool = True
+    """Keep the crawl's threads on one CPU core, moved to an idler one when another
+    process keeps it busy (see :mod:`rccrawler.cpus`): handing the GIL between cores
+    costs more than parsing small pages in parallel gains."""
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
     """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
@@ -537,7 +538,7 @@ def settings_from_mapping(
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
         downloading_threads=threads.get("downloading", 8),
         parsing_threads=threads.get("parsing", 2),
-        one_core=threads.get("one_core", False),
+        one_core=threads.get("one_core", True),
         crawl=crawl,
         storage=storage,
         parser=parser,

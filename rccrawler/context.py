@@ -11,6 +11,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from rccrawler.cpus import CrawlCores, crawl_cores
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -101,6 +103,13 @@ class CrawlContext:
 
     signalled: str = ""
     """Why a signal asked the crawl to stop, until the manager acts on it."""
+    cores: CrawlCores | None = None
+    """The one core the crawl's threads share (``threads.one_core``); None to let them
+    run anywhere (set from the settings when not given)."""
+
+    def __post_init__(self) -> None:
+        if self.cores is None and self.settings.one_core:
+            self.cores = crawl_cores()
 
     def note_signal(self, reason: str) -> None:
         """Ask for a stop from a signal handler. The handler runs on the main thread

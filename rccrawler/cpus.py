@@ -1,17 +1,22 @@
-"""Where the crawl's threads run: on one CPU core when ``threads.one_core`` asks it.
+"""Where the crawl's threads run: on one CPU core unless ``threads.one_core`` is false.
 
 The crawl's Python runs one thread at a time (the GIL), handed over at every socket
 read, SQLite step and lock. Between two threads on one core a handover is a switch;
 between cores it is a wake-up of the other core, which on a virtual machine may first
 have to be scheduled, and the GIL's and the data's cache lines move with it. On a
 fast server (loopback) with small pages that made a crawl of the PostgreSQL docs take
-1.35 times as long on two cores as on one (paired runs; README, "Performance").
+1.2 to 1.35 times as long on two cores as on one (paired runs; README, "Performance").
 
 What one core would give up is work done outside the GIL in parallel, chiefly
 lexbor's parse of a large page: a parsing thread leaves the core for the parse of a
 page of :data:`LARGE_PARSE_BYTES` or more (the other core is worth a handover there)
-and comes back for a small one. It is a setting, not the default: the kernel cannot
-move kept threads, so two crawls on one machine would share one core.
+and comes back for a small one.
+
+The kernel cannot move kept threads, so the crawl moves them itself: the
+:class:`CrawlCores` of a crawl watches, every few seconds, how busy each core was with
+work not its own (another crawl, a build) and moves all its threads to a core that
+was clearly idler, twice in a row (:func:`idler_core`). Two crawls started on one
+machine so end up on two cores.
 
 Linux only (``os.sched_setaffinity``); elsewhere the setting changes nothing. Only the
 crawl's threads are kept: the main thread, and so every process the crawl starts from
@@ -23,8 +28,21 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-__all__ = ["LARGE_PARSE_BYTES", "ThreadCores", "thread_cores", "use_the_crawl_process_cpus"]
+__all__ = [
+    "LARGE_PARSE_BYTES",
+    "CrawlCores",
+    "ThreadCores",
+    "cpu_busy_seconds",
+    "crawl_cores",
+    "idler_core",
+    "use_the_crawl_process_cpus",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,49 +51,184 @@ LARGE_PARSE_BYTES = 65536
 PostgreSQL docs' pages average 14 KB, the Python and SQLAlchemy docs' about 100 and 140;
 kept on one core throughout, those two crawled 1.04 and 1.08 times as long)."""
 
+MOVE_MARGIN = 0.3
+"""A crawl moves to another core when its own core was busier with others' work than
+that one by this share of the time, at two looks in a row: above what a test server on
+loopback adds (nginx serving the PostgreSQL docs: about 0.15), below what a second
+busy crawl sharing the core takes from it (0.5)."""
+LOOK_EVERY_S = 2.0
+"""About how often a crawl looks at the cores' load (from 0.75 to 1.25 times this, at
+random, so that two crawls sharing a core do not both move at the same moment)."""
+
+_PROC_STAT = Path("/proc/stat")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_busy_seconds(proc_stat: Path = _PROC_STAT) -> dict[int, float]:
+    """Seconds each CPU has been busy since boot (everything but idle and I/O wait),
+    from Linux's ``/proc/stat``; empty where there is none."""
+    try:
+        lines = proc_stat.read_text().splitlines()
+    except OSError:
+        return {}
+    busy: dict[int, float] = {}
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 5:
+            ticks = [int(value) for value in fields[:8]]
+            idle = ticks[3] + ticks[4]  # idle, iowait (guest time is inside user)
+            busy[int(name[3:])] = (sum(ticks) - idle) / _TICKS_PER_S
+    return busy
+
+
+def idler_core(
+    core: int, busy: Mapping[int, float], own: float, allowed: frozenset[int]
+) -> int | None:
+    """The core a crawl kept on ``core`` should move to, or None to stay.
+
+    ``busy`` is the share of a recent interval each CPU was busy, ``own`` the share the
+    crawl's process used (counted as all on ``core``: its large parses elsewhere make
+    its own core look idler, so it moves later, never sooner).
+    """
+    others = {cpu: share for cpu, share in busy.items() if cpu in allowed}
+    if core not in others:
+        return None
+    others[core] = max(0.0, others[core] - own)
+    best = min(sorted(others), key=others.__getitem__)
+    return best if others[core] - others[best] > MOVE_MARGIN else None
+
+
+class CrawlCores:
+    """The one core a crawl's threads share, and every thread kept on it.
+
+    Threads join with :meth:`keep_this_thread`; the RoutineThread calls :meth:`look`,
+    which moves them all when another core was clearly idler. A thread that is parsing
+    a large page at that moment is moved too; it returns to the new core at its next
+    small parse either way.
+    """
+
+    def __init__(
+        self,
+        allowed: frozenset[int],
+        *,
+        busy: Callable[[], dict[int, float]] = cpu_busy_seconds,
+        own: Callable[[], float] = time.process_time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.all = allowed
+        self.core = max(allowed)  # core 0 takes most of a machine's interrupts
+        self._busy, self._own, self._clock = busy, own, clock
+        self._lock = threading.Lock()
+        self._threads: dict[int, ThreadCores] = {}
+        self._last = (self._clock(), self._busy(), self._own())
+        self._next_look = self._last[0] + self._look_interval()
+        self._wanted: int | None = None
+        """The idler core the last look found: a move needs two looks that agree, so
+        that two crawls sharing a core do not both leave it for the same other one."""
+        self.moves = 0
+        """How often the crawl's threads were moved to another core."""
+
+    @property
+    def one(self) -> frozenset[int]:
+        return frozenset({self.core})
+
+    def keep_this_thread(self) -> ThreadCores | None:
+        """Keep the calling thread on the crawl's core from now on; None if refused."""
+        cores = ThreadCores(self)
+        try:
+            cores.keep()
+        except OSError as exc:  # a container may forbid it: the crawl runs as without
+            logger.warning("threads.one_core: a thread is not kept on one core: %s", exc)
+            return None
+        with self._lock:
+            self._threads[threading.get_native_id()] = cores
+        return cores
+
+    def leave(self) -> None:
+        """The calling thread ends: no longer moved with the others."""
+        with self._lock:
+            self._threads.pop(threading.get_native_id(), None)
+
+    def look(self) -> bool:
+        """If a look is due, compare the cores' load since the last one; move the crawl's
+        threads when this look and the one before found the same idler core. True when
+        they moved."""
+        now = self._clock()
+        if now < self._next_look:
+            return False
+        then, busy_then, own_then = self._last
+        busy_now, own_now = self._busy(), self._own()
+        self._last = (now, busy_now, own_now)
+        self._next_look = now + self._look_interval()
+        seconds = now - then
+        if seconds <= 0 or not busy_now:
+            return False
+        shares = {
+            cpu: (busy_now[cpu] - busy_then.get(cpu, busy_now[cpu])) / seconds for cpu in busy_now
+        }
+        target = idler_core(self.core, shares, (own_now - own_then) / seconds, self.all)
+        wanted, self._wanted = self._wanted, target
+        if target is None or target != wanted:
+            return False
+        self._wanted = None
+        self.move_to(target)
+        return True
+
+    def move_to(self, core: int) -> None:
+        """Move every kept thread to ``core`` (a thread gone meanwhile is forgotten)."""
+        logger.info("threads.one_core: core %d was busy with other work; moving to core %d",
+                    self.core, core)  # fmt: skip
+        with self._lock:
+            self.core = core
+            self.moves += 1
+            for native_id in list(self._threads):
+                try:
+                    os.sched_setaffinity(native_id, self.one)
+                except OSError as exc:  # the thread ended, or a container refuses
+                    logger.debug("thread %d not moved: %s", native_id, exc)
+                    del self._threads[native_id]
+
+    @staticmethod
+    def _look_interval() -> float:
+        return LOOK_EVERY_S * random.uniform(0.75, 1.25)
+
 
 class ThreadCores:
-    """The CPUs of one crawl thread: one core (the highest numbered of those the thread
-    may use, the same for every thread the crawl's main thread starts; core 0 takes most
-    of a machine's interrupts), or all of them again for a large parse. A change is a
-    system call, made only when the set changes."""
+    """The CPUs of one crawl thread: its crawl's core, or all of them again for a large
+    parse. A change is a system call, made only when the set changes."""
 
-    def __init__(self) -> None:
-        self.all = frozenset(os.sched_getaffinity(0))
-        self.one = frozenset({max(self.all)})
+    def __init__(self, crawl: CrawlCores) -> None:
+        self.crawl = crawl
+        self.all = crawl.all
         self._now = self.all
 
     def keep(self) -> None:
-        """Run on the one core from now on."""
-        self._move(self.one)
+        """Run on the crawl's core from now on."""
+        self._move(self.crawl.one)
 
     def place_parse(self, body_bytes: int) -> None:
         """Where to parse a body of ``body_bytes``: any core for a large one, else here."""
         try:
-            self._move(self.all if body_bytes >= LARGE_PARSE_BYTES else self.one)
+            self._move(self.all if body_bytes >= LARGE_PARSE_BYTES else self.crawl.one)
         except OSError as exc:  # a CPU taken away meanwhile: the thread parses where it is
             logger.debug("CPUs not changed for a parse: %s", exc)
 
     def _move(self, cpus: frozenset[int]) -> None:
+        # A move by CrawlCores.move_to leaves _now behind: the next parse sets it again.
         if cpus != self._now:
             self._now = cpus  # asked once: a refusal is not asked again each page
             os.sched_setaffinity(0, cpus)
 
 
-def thread_cores() -> ThreadCores | None:
-    """The calling thread's :class:`ThreadCores`, kept on its core; None where there is
-    no core to keep it on (not Linux, or a single CPU)."""
+def crawl_cores() -> CrawlCores | None:
+    """A crawl's :class:`CrawlCores`; None where there is no core to keep it on (not
+    Linux, or a single CPU)."""
     if not hasattr(os, "sched_setaffinity"):
         return None
-    cores = ThreadCores()
-    if len(cores.all) < 2:
+    allowed = frozenset(os.sched_getaffinity(0))
+    if len(allowed) < 2:
         return None
-    try:
-        cores.keep()
-    except OSError as exc:  # a container may forbid it: the crawl runs as it would without
-        logger.warning("threads.one_core: a thread is not kept on one core: %s", exc)
-        return None
-    return cores
+    return CrawlCores(allowed)
 
 
 def use_the_crawl_process_cpus() -> None:

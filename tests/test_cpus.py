@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from taskplugins import CpuRecorder
@@ -65,9 +66,10 @@ def test_a_process_started_from_a_kept_thread_takes_the_crawl_process_cpus():
     outputs: dict[str, str] = {}
 
     def kept_thread() -> None:
-        from rccrawler.cpus import thread_cores
+        from rccrawler.cpus import crawl_cores
 
-        assert thread_cores() is not None  # kept on one core
+        cores = crawl_cores()
+        assert cores is not None and cores.keep_this_thread() is not None  # on one core
         for name, code in (("inherited", show), ("asked", asked)):
             outputs[name] = subprocess.run(
                 [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -87,9 +89,10 @@ def test_one_core_must_be_true_or_false(value):
     assert caught.value.key == "threads.one_core"
 
 
-def test_one_core_is_off_unless_asked():
-    assert settings_from_mapping({"sites": ["a.test"]}).one_core is False
-    assert settings_from_mapping({"sites": ["a.test"], "threads": {"one_core": True}}).one_core
+def test_one_core_is_on_unless_turned_off():
+    assert settings_from_mapping({"sites": ["a.test"]}).one_core is True
+    off = settings_from_mapping({"sites": ["a.test"], "threads": {"one_core": False}})
+    assert off.one_core is False
 
 
 def test_a_refused_core_leaves_the_thread_running_where_it_was(monkeypatch):
@@ -103,8 +106,178 @@ def test_a_refused_core_leaves_the_thread_running_where_it_was(monkeypatch):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(cpus.os, "sched_setaffinity", refuse)
-    assert cpus.thread_cores() is None
-    cores = cpus.ThreadCores()
+    crawl = cpus.crawl_cores()
+    assert crawl is not None
+    assert crawl.keep_this_thread() is None
+    cores = cpus.ThreadCores(crawl)
     cores.place_parse(cpus.LARGE_PARSE_BYTES - 1)  # refused: logged, not raised
     cores.place_parse(0)  # the same core: not asked again
-    assert len(asked) == 2  # thread_cores() once, the first small parse once
+    assert len(asked) == 2  # keep_this_thread() once, the first small parse once
+    crawl.move_to(min(crawl.all))  # no thread kept: nothing to move, nothing raised
+    assert len(asked) == 2
+
+
+# -- moving to an idler core ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("busy", "own", "expected"),
+    [
+        ({0: 0.05, 1: 1.0}, 0.95, None),  # the crawl alone on its core
+        ({0: 0.15, 1: 1.0}, 0.85, None),  # a test server's share: not worth a move
+        ({0: 0.0, 1: 1.0}, 0.5, 0),  # a second crawl shares core 1, core 0 is idle
+        ({0: 0.9, 1: 1.0}, 0.5, None),  # every core is busy: no better place
+        ({0: 0.0, 1: 1.0}, 1.3, None),  # large parses elsewhere: own counts more
+        ({0: 0.6, 1: 1.0, 2: 0.1, 3: 0.1}, 0.3, 2),  # the idlest, the lowest first
+        ({0: 0.0, 1: 1.0}, 0.0, None),  # core 0 not allowed: stay
+    ],
+)
+def test_a_crawl_moves_only_to_a_clearly_idler_core(busy, own, expected):
+    from rccrawler.cpus import idler_core
+
+    allowed = frozenset(busy) - ({0} if own == 0.0 else set())
+    assert idler_core(1, busy, own, allowed) == expected
+
+
+def kept_threads(crawl, count: int):
+    """``count`` threads kept on the crawl's core, waiting for ``release`` to end."""
+    release = threading.Event()
+    kept: list[int] = []
+    ready = threading.Barrier(count + 1)
+
+    def run() -> None:
+        assert crawl.keep_this_thread() is not None
+        kept.append(threading.get_native_id())
+        ready.wait(30)
+        release.wait(60)
+        crawl.leave()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    ready.wait(30)
+    return kept, release, threads
+
+
+def test_two_looks_that_agree_move_every_kept_thread():
+    """The loads are given here (the rule's input); the moves are the kernel's."""
+    from rccrawler.cpus import CrawlCores
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    now = [0.0]
+
+    def busy() -> dict[int, float]:  # the first core always busy, the others idle
+        return {cpu: (now[0] if cpu == max(allowed) else 0.0) for cpu in allowed}
+
+    # The crawl uses half of its core: another process the other half.
+    crawl = CrawlCores(allowed, busy=busy, own=lambda: now[0] / 2, clock=lambda: now[0])
+    first = crawl.core
+    kept, release, threads = kept_threads(crawl, 3)
+    try:
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({first})}
+        now[0] = 1.0
+        assert crawl.look() is False  # too soon: no reading taken
+        moved = []
+        for second in (3.0, 6.0, 9.0):  # each look a few seconds on
+            now[0] = second
+            moved.append(crawl.look())
+        target = min(allowed)
+        assert moved == [False, True, False]  # the second look that agrees moves
+        assert crawl.core == target and crawl.moves == 1
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({target})}
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(30)
+
+
+SPINNER = """
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+print("spinning", flush=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    pass
+"""
+
+
+def test_a_crawl_leaves_a_core_another_process_keeps_busy(monkeypatch):
+    """A busy process on the crawl's core, real loads from /proc/stat: the crawl's
+    threads move to another core."""
+    from rccrawler import cpus
+
+    monkeypatch.setattr(cpus, "LOOK_EVERY_S", 0.2)
+    crawl = cpus.crawl_cores()
+    assert crawl is not None
+    start = crawl.core
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", SPINNER, str(start)], stdout=subprocess.PIPE, text=True
+    )
+    kept, release, threads = kept_threads(crawl, 2)
+    try:
+        assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
+        deadline = time.monotonic() + 30
+        while crawl.core == start and time.monotonic() < deadline:
+            crawl.look()
+            release.wait(0.05)  # the loads of the next interval accumulate meanwhile
+        assert crawl.core != start
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {crawl.one}
+    finally:
+        spinner.kill()
+        spinner.wait(30)
+        if spinner.stdout is not None:
+            spinner.stdout.close()
+        release.set()
+        for thread in threads:
+            thread.join(30)
+
+
+BUSY_CRAWL = """
+import sys, threading, time
+from rccrawler import cpus
+cpus.LOOK_EVERY_S = 0.2
+crawl = cpus.crawl_cores()
+def spin():
+    crawl.keep_this_thread()
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+print(crawl.core, flush=True)
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    if crawl.look():
+        print(crawl.core, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_two_busy_crawls_started_on_one_machine_end_on_two_cores():
+    """Both start on the same core; each sees the other's load there and moves, and
+    two looks in a row must agree, so they part instead of moving together."""
+    import selectors
+
+    crawls = [
+        subprocess.Popen([sys.executable, "-c", BUSY_CRAWL], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    cores: dict[int, int] = {}
+    try:
+        with selectors.DefaultSelector() as selector:
+            for index, crawl in enumerate(crawls):
+                assert crawl.stdout is not None
+                selector.register(crawl.stdout, selectors.EVENT_READ, index)
+            deadline = time.monotonic() + 45
+            while time.monotonic() < deadline:
+                for key, _events in selector.select(timeout=1):
+                    line = key.fileobj.readline()  # type: ignore[union-attr]
+                    assert line, "a busy crawl ended early"
+                    cores[key.data] = int(line)
+                if len(cores) == 2 and cores[0] != cores[1]:
+                    break
+        assert len(cores) == 2 and cores[0] != cores[1]
+    finally:
+        for crawl in crawls:
+            crawl.kill()
+            crawl.wait(30)
+            if crawl.stdout is not None:
+                crawl.stdout.close()

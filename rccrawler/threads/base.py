@@ -6,7 +6,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, ClassVar
 
-from rccrawler.cpus import ThreadCores, thread_cores
+from rccrawler.cpus import ThreadCores
 from rccrawler.exceptions import StateError
 from rccrawler.web.robots import RobotsRules, product_token
 
@@ -46,12 +46,13 @@ class CrawlerThread(threading.Thread):
         """The crawler's name in robots rules: its User-Agent's product token."""
         self._scopes: dict[str, ScopeRules] = {}
         self.cores: ThreadCores | None = None
-        """The CPUs this thread runs on, when ``threads.one_core`` keeps it on one core."""
+        """The CPUs this thread runs on, when ``threads.one_core`` keeps it on the crawl's
+        core (see :class:`rccrawler.cpus.CrawlCores`)."""
 
     def run(self) -> None:
         try:
-            if self.settings.one_core:
-                self.cores = thread_cores()
+            if self.context.cores is not None:
+                self.cores = self.context.cores.keep_this_thread()
             while not self.stopping.is_set():
                 if not self.step():
                     self.data.wait_for_work(self.idle_wait, self.work_kind)
@@ -65,6 +66,8 @@ class CrawlerThread(threading.Thread):
             logger.exception("%s crashed; stopping the crawl", self.name)
             self.context.abort()
         finally:
+            if self.cores is not None:
+                self.cores.crawl.leave()
             self.close()
 
     def robots_for(self, host: str) -> RobotsRules:

@@ -56,6 +56,8 @@ class RoutineThread(CrawlerThread):
         if now - self._last_trim >= self.trim_every:
             release_memory()
             self._last_trim = now
+        if self.context.cores is not None:
+            self.context.cores.look()  # another process busy on the crawl's core?
         if self.context.stop_file.exists() or self.data.stop_requested():
             logger.info("stop requested (rccrawler stop)")
             self.context.request_stop("stop requested")
