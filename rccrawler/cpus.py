@@ -12,11 +12,13 @@ lexbor's parse of a large page: a parsing thread leaves the core for the parse o
 page of :data:`LARGE_PARSE_BYTES` or more (the other core is worth a handover there)
 and comes back for a small one.
 
-The kernel cannot move kept threads, so the crawl moves them itself: the
-:class:`CrawlCores` of a crawl watches, every few seconds, how busy each core was with
-work not its own (another crawl, a build) and moves all its threads to a core that
-was clearly idler, twice in a row (:func:`idler_core`). Two crawls started on one
-machine so end up on two cores.
+The kernel cannot move kept threads, so the crawl places and moves them itself: the
+:class:`CrawlCores` of a crawl starts on the core the scheduler ran the crawl's start
+on (workers started together are spread already), then watches, every few seconds,
+how busy each core was with work not its own (another crawl, a build) and moves all
+its threads to a core that was clearly idler, twice in a row (:func:`better_place`).
+Two crawls that start on one core so end up on two; three on two cores leave the
+kernel to spread them, on every core, until a core is free again.
 
 Linux only (``os.sched_setaffinity``); elsewhere the setting changes nothing. Only the
 crawl's threads are kept: the main thread, and so every process the crawl starts from
@@ -38,9 +40,10 @@ __all__ = [
     "LARGE_PARSE_BYTES",
     "CrawlCores",
     "ThreadCores",
+    "better_place",
     "cpu_busy_seconds",
     "crawl_cores",
-    "idler_core",
+    "current_cpu",
     "use_the_crawl_process_cpus",
 ]
 
@@ -81,29 +84,50 @@ def cpu_busy_seconds(proc_stat: Path = _PROC_STAT) -> dict[int, float]:
     return busy
 
 
-def idler_core(
-    core: int, busy: Mapping[int, float], own: float, allowed: frozenset[int]
+def current_cpu() -> int | None:
+    """The CPU the calling thread last ran on (Linux's ``/proc/thread-self/stat``), or
+    None where it cannot be read."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def better_place(
+    core: int | None, busy: Mapping[int, float], own: float, allowed: frozenset[int]
 ) -> int | None:
-    """The core a crawl kept on ``core`` should move to, or None to stay.
+    """Where a crawl's threads should run: ``core`` (None: every core) to stay, another
+    core to move there, None to leave them to the kernel on every core.
 
     ``busy`` is the share of a recent interval each CPU was busy, ``own`` the share the
     crawl's process used (counted as all on ``core``: its large parses elsewhere make
-    its own core look idler, so it moves later, never sooner).
+    its own core look idler, so it moves later, never sooner). A crawl moves to a core
+    clearly idler than its own; when every core is as busy with others' work as its own
+    (three crawls on two cores), one core is a cage, and the kernel spreads the load
+    better; once the others' work leaves a whole core free, the crawl takes the idlest.
     """
-    others = {cpu: share for cpu, share in busy.items() if cpu in allowed}
-    if core not in others:
-        return None
-    others[core] = max(0.0, others[core] - own)
-    best = min(sorted(others), key=others.__getitem__)
-    return best if others[core] - others[best] > MOVE_MARGIN else None
+    loads = {cpu: share for cpu, share in busy.items() if cpu in allowed}
+    if len(loads) < 2 or (core is not None and core not in loads):  # nowhere else to go
+        return core
+    if core is None:
+        others = sum(loads.values()) - own
+    else:
+        others = loads[core] = max(0.0, loads[core] - own)
+    idlest = min(sorted(loads), key=loads.__getitem__)  # ties: the lowest numbered
+    if core is None:
+        return idlest if others < MOVE_MARGIN else None
+    if loads[core] - loads[idlest] > MOVE_MARGIN:
+        return idlest
+    return None if loads[core] > MOVE_MARGIN else core
 
 
 class CrawlCores:
     """The one core a crawl's threads share, and every thread kept on it.
 
     Threads join with :meth:`keep_this_thread`; the RoutineThread calls :meth:`look`,
-    which moves them all when another core was clearly idler. A thread that is parsing
-    a large page at that moment is moved too; it returns to the new core at its next
+    which moves them all where :func:`better_place` says. A thread that is parsing a
+    large page at that moment is moved too; it returns to the crawl's core at its next
     small parse either way.
     """
 
@@ -116,21 +140,26 @@ class CrawlCores:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.all = allowed
-        self.core = max(allowed)  # core 0 takes most of a machine's interrupts
+        here = current_cpu()
+        # Where the scheduler runs the crawl's start: two workers started together are
+        # already spread. Elsewhere, not core 0, which takes most of the interrupts.
+        self.core: int | None = here if here in allowed else max(allowed)
+        """The crawl's core; None while its threads run on every core (crowded)."""
         self._busy, self._own, self._clock = busy, own, clock
         self._lock = threading.Lock()
         self._threads: dict[int, ThreadCores] = {}
         self._last = (self._clock(), self._busy(), self._own())
         self._next_look = self._last[0] + self._look_interval()
-        self._wanted: int | None = None
-        """The idler core the last look found: a move needs two looks that agree, so
+        self._wanted: int | None = self.core
+        """Where the last look wanted the threads: a move needs two looks that agree, so
         that two crawls sharing a core do not both leave it for the same other one."""
         self.moves = 0
-        """How often the crawl's threads were moved to another core."""
+        """How often the crawl's threads were moved."""
 
     @property
     def one(self) -> frozenset[int]:
-        return frozenset({self.core})
+        """The CPUs of a kept thread: the crawl's core, or every core when crowded."""
+        return self.all if self.core is None else frozenset({self.core})
 
     def keep_this_thread(self) -> ThreadCores | None:
         """Keep the calling thread on the crawl's core from now on; None if refused."""
@@ -151,8 +180,8 @@ class CrawlCores:
 
     def look(self) -> bool:
         """If a look is due, compare the cores' load since the last one; move the crawl's
-        threads when this look and the one before found the same idler core. True when
-        they moved."""
+        threads when this look and the one before found the same better place. True
+        when they moved."""
         now = self._clock()
         if now < self._next_look:
             return False
@@ -166,18 +195,18 @@ class CrawlCores:
         shares = {
             cpu: (busy_now[cpu] - busy_then.get(cpu, busy_now[cpu])) / seconds for cpu in busy_now
         }
-        target = idler_core(self.core, shares, (own_now - own_then) / seconds, self.all)
+        target = better_place(self.core, shares, (own_now - own_then) / seconds, self.all)
         wanted, self._wanted = self._wanted, target
-        if target is None or target != wanted:
+        if target == self.core or target != wanted:
             return False
-        self._wanted = None
         self.move_to(target)
         return True
 
-    def move_to(self, core: int) -> None:
-        """Move every kept thread to ``core`` (a thread gone meanwhile is forgotten)."""
-        logger.info("threads.one_core: core %d was busy with other work; moving to core %d",
-                    self.core, core)  # fmt: skip
+    def move_to(self, core: int | None) -> None:
+        """Move every kept thread to ``core``, or to every core for None (a thread gone
+        meanwhile is forgotten)."""
+        logger.info("threads.one_core: the crawl's threads move from %s to %s (other work "
+                    "on the cores)", _where(self.core), _where(core))  # fmt: skip
         with self._lock:
             self.core = core
             self.moves += 1
@@ -191,6 +220,10 @@ class CrawlCores:
     @staticmethod
     def _look_interval() -> float:
         return LOOK_EVERY_S * random.uniform(0.75, 1.25)
+
+
+def _where(core: int | None) -> str:
+    return "every core" if core is None else f"core {core}"
 
 
 class ThreadCores:
@@ -225,7 +258,7 @@ def crawl_cores() -> CrawlCores | None:
     Linux, or a single CPU)."""
     if not hasattr(os, "sched_setaffinity"):
         return None
-    allowed = frozenset(os.sched_getaffinity(0))
+    allowed = frozenset(os.sched_getaffinity(os.getpid()))  # the main thread's: the crawl's
     if len(allowed) < 2:
         return None
     return CrawlCores(allowed)

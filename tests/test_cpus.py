@@ -47,10 +47,11 @@ def test_one_core_keeps_the_crawl_threads_on_one_cpu_but_large_parses(serve, cra
         parsing_thread="taskplugins.CpuRecordingParser",
     )  # fmt: skip
     assert len(result.graph("a.test").urls) == 14  # the crawl is whole either way
-    one = frozenset({max(allowed)}) if one_core else allowed
     seen = CpuRecorder.seen
     downloads = {cpus for (kind, _url), cpus in seen.items() if kind == "download"}
-    assert len(downloads) == 1 and downloads == {one}
+    assert len(downloads) == 1
+    (one,) = downloads
+    assert (len(one) == 1 and one <= allowed) if one_core else one == allowed
     assert seen[("parse", "http://a.test/large")] == allowed
     small = {cpus for (kind, url), cpus in seen.items() if kind == "parse" and "large" not in url}
     assert small == {one}  # back on the core after the large page, whichever thread had it
@@ -70,6 +71,7 @@ def test_a_process_started_from_a_kept_thread_takes_the_crawl_process_cpus():
 
         cores = crawl_cores()
         assert cores is not None and cores.keep_this_thread() is not None  # on one core
+        outputs["core"] = str([cores.core])
         for name, code in (("inherited", show), ("asked", asked)):
             outputs[name] = subprocess.run(
                 [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
@@ -79,7 +81,8 @@ def test_a_process_started_from_a_kept_thread_takes_the_crawl_process_cpus():
     thread = threading.Thread(target=kept_thread)
     thread.start()
     thread.join(120)
-    assert outputs == {"inherited": str([max(allowed)]), "asked": str(allowed)}
+    assert outputs["inherited"] == outputs["core"]
+    assert outputs["asked"] == str(allowed)
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
@@ -121,22 +124,24 @@ def test_a_refused_core_leaves_the_thread_running_where_it_was(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("busy", "own", "expected"),
+    ("core", "busy", "own", "expected"),
     [
-        ({0: 0.05, 1: 1.0}, 0.95, None),  # the crawl alone on its core
-        ({0: 0.15, 1: 1.0}, 0.85, None),  # a test server's share: not worth a move
-        ({0: 0.0, 1: 1.0}, 0.5, 0),  # a second crawl shares core 1, core 0 is idle
-        ({0: 0.9, 1: 1.0}, 0.5, None),  # every core is busy: no better place
-        ({0: 0.0, 1: 1.0}, 1.3, None),  # large parses elsewhere: own counts more
-        ({0: 0.6, 1: 1.0, 2: 0.1, 3: 0.1}, 0.3, 2),  # the idlest, the lowest first
-        ({0: 0.0, 1: 1.0}, 0.0, None),  # core 0 not allowed: stay
+        (1, {0: 0.05, 1: 1.0}, 0.95, 1),  # the crawl alone on its core: stay
+        (1, {0: 0.15, 1: 1.0}, 0.85, 1),  # a test server's share: not worth a move
+        (1, {0: 0.0, 1: 1.0}, 0.5, 0),  # a second crawl shares core 1, core 0 is idle
+        (1, {0: 1.0, 1: 1.0}, 0.5, None),  # every core busy with others' work: every core
+        (1, {0: 0.9, 1: 1.0}, 0.8, 1),  # others busy elsewhere only: stay
+        (1, {0: 0.0, 1: 1.0}, 1.3, 1),  # large parses elsewhere: own counts more
+        (1, {0: 0.6, 1: 1.0, 2: 0.1, 3: 0.1}, 0.3, 2),  # the idlest, the lowest first
+        (None, {0: 1.0, 1: 1.0}, 1.0, None),  # on every core, still crowded: stay so
+        (None, {0: 0.6, 1: 0.5}, 1.0, 1),  # the others left: the idlest core again
     ],
 )
-def test_a_crawl_moves_only_to_a_clearly_idler_core(busy, own, expected):
-    from rccrawler.cpus import idler_core
+def test_a_crawl_moves_only_to_a_clearly_better_place(core, busy, own, expected):
+    from rccrawler.cpus import better_place
 
-    allowed = frozenset(busy) - ({0} if own == 0.0 else set())
-    assert idler_core(1, busy, own, allowed) == expected
+    assert better_place(core, busy, own, frozenset(busy)) == expected
+    assert better_place(1, {0: 0.0, 1: 1.0}, 0.0, frozenset({1})) == 1  # nowhere else
 
 
 def kept_threads(crawl, count: int):
@@ -166,12 +171,15 @@ def test_two_looks_that_agree_move_every_kept_thread():
     allowed = frozenset(os.sched_getaffinity(0))
     now = [0.0]
 
-    def busy() -> dict[int, float]:  # the first core always busy, the others idle
-        return {cpu: (now[0] if cpu == max(allowed) else 0.0) for cpu in allowed}
+    busy_core: list[int] = []
+
+    def busy() -> dict[int, float]:  # the crawl's first core always busy, the others idle
+        return {cpu: (now[0] if cpu in busy_core else 0.0) for cpu in allowed}
 
     # The crawl uses half of its core: another process the other half.
     crawl = CrawlCores(allowed, busy=busy, own=lambda: now[0] / 2, clock=lambda: now[0])
     first = crawl.core
+    busy_core.append(first)
     kept, release, threads = kept_threads(crawl, 3)
     try:
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({first})}
@@ -181,10 +189,51 @@ def test_two_looks_that_agree_move_every_kept_thread():
         for second in (3.0, 6.0, 9.0):  # each look a few seconds on
             now[0] = second
             moved.append(crawl.look())
-        target = min(allowed)
+        target = min(allowed - {first})  # the idle ones tie: the lowest numbered
         assert moved == [False, True, False]  # the second look that agrees moves
         assert crawl.core == target and crawl.moves == 1
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({target})}
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(30)
+
+
+def test_a_crowded_crawl_runs_on_every_core_until_a_core_is_free():
+    """Every core busy with others' work: the kept threads may run anywhere (the
+    kernel spreads three crawls over two cores better than cages do); once the others
+    are gone, they are kept on the idlest core again. Loads given, moves the kernel's."""
+    from rccrawler.cpus import CrawlCores
+
+    allowed = frozenset(os.sched_getaffinity(0))
+    now, totals, own = [0.0], dict.fromkeys(allowed, 0.0), [0.0]
+
+    def advance(seconds: float, rates: dict[int, float], own_rate: float) -> None:
+        now[0] += seconds
+        own[0] += own_rate * seconds
+        for cpu in allowed:
+            totals[cpu] += rates.get(cpu, 0.0) * seconds
+
+    crawl = CrawlCores(allowed, busy=lambda: dict(totals), own=lambda: own[0],
+                       clock=lambda: now[0])  # fmt: skip
+    kept, release, threads = kept_threads(crawl, 2)
+    try:
+        crowded = dict.fromkeys(allowed, 1.0)  # every core full, half of ours is ours
+        looks = []
+        for _ in range(2):
+            advance(3.0, crowded, 0.5)
+            looks.append(crawl.look())
+        assert looks == [False, True] and crawl.core is None
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {allowed}
+        alone = {max(allowed): 0.9}  # the others ended; the crawl's own work remains
+        looks = []
+        for _ in range(3):
+            advance(3.0, alone, 0.9)
+            looks.append(crawl.look())
+        assert looks == [False, True, False]
+        idlest = min(allowed - {max(allowed)})
+        assert crawl.core == idlest and crawl.moves == 2
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({idlest})}
     finally:
         release.set()
         for thread in threads:
@@ -233,10 +282,17 @@ def test_a_crawl_leaves_a_core_another_process_keeps_busy(monkeypatch):
 
 
 BUSY_CRAWL = """
-import sys, threading, time
+import os, sys, threading, time
 from rccrawler import cpus
 cpus.LOOK_EVERY_S = 0.2
-crawl = cpus.crawl_cores()
+made = []
+def make_on_the_last_cpu():  # both crawls start on the same core
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+    made.append(cpus.crawl_cores())
+maker = threading.Thread(target=make_on_the_last_cpu)
+maker.start()
+maker.join()
+crawl = made[0]
 def spin():
     crawl.keep_this_thread()
     while True:
@@ -281,3 +337,23 @@ def test_two_busy_crawls_started_on_one_machine_end_on_two_cores():
             crawl.wait(30)
             if crawl.stdout is not None:
                 crawl.stdout.close()
+
+
+def test_a_crawl_starts_on_the_core_its_start_ran_on():
+    """Workers started together are spread by the scheduler as they start: each keeps
+    the core it was given rather than all taking the same one."""
+    from rccrawler.cpus import crawl_cores
+
+    allowed = sorted(os.sched_getaffinity(0))
+    started: dict[int, int | None] = {}
+
+    def start_on(cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only; the crawl is made here
+        cores = crawl_cores()  # on the CPUs of the process (its main thread's)
+        started[cpu] = None if cores is None else cores.core
+
+    for cpu in allowed:
+        thread = threading.Thread(target=start_on, args=(cpu,))
+        thread.start()
+        thread.join(30)
+    assert started == {cpu: cpu for cpu in allowed}
