@@ -3,11 +3,13 @@ processes not (Linux)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from taskplugins import CpuRecorder
@@ -144,8 +146,9 @@ def test_a_crawl_moves_only_to_a_clearly_better_place(core, busy, own, expected)
     assert better_place(1, {0: 0.0, 1: 1.0}, 0.0, frozenset({1})) == 1  # nowhere else
 
 
-def kept_threads(crawl, count: int):
-    """``count`` threads kept on the crawl's core, waiting for ``release`` to end."""
+@contextlib.contextmanager
+def kept_threads(crawl, count: int) -> Iterator[list[int]]:
+    """``count`` threads kept on the crawl's core (their native ids) while in the block."""
     release = threading.Event()
     kept: list[int] = []
     ready = threading.Barrier(count + 1)
@@ -160,8 +163,13 @@ def kept_threads(crawl, count: int):
     threads = [threading.Thread(target=run) for _ in range(count)]
     for thread in threads:
         thread.start()
-    ready.wait(30)
-    return kept, release, threads
+    try:
+        ready.wait(30)
+        yield kept
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(30)
 
 
 def test_two_looks_that_agree_move_every_kept_thread():
@@ -180,8 +188,7 @@ def test_two_looks_that_agree_move_every_kept_thread():
     crawl = CrawlCores(allowed, busy=busy, own=lambda: now[0] / 2, clock=lambda: now[0])
     first = crawl.core
     busy_core.append(first)
-    kept, release, threads = kept_threads(crawl, 3)
-    try:
+    with kept_threads(crawl, 3) as kept:
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({first})}
         now[0] = 1.0
         assert crawl.look() is False  # too soon: no reading taken
@@ -193,10 +200,6 @@ def test_two_looks_that_agree_move_every_kept_thread():
         assert moved == [False, True, False]  # the second look that agrees moves
         assert crawl.core == target and crawl.moves == 1
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({target})}
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(30)
 
 
 def test_a_crowded_crawl_runs_on_every_core_until_a_core_is_free():
@@ -216,8 +219,7 @@ def test_a_crowded_crawl_runs_on_every_core_until_a_core_is_free():
 
     crawl = CrawlCores(allowed, busy=lambda: dict(totals), own=lambda: own[0],
                        clock=lambda: now[0])  # fmt: skip
-    kept, release, threads = kept_threads(crawl, 2)
-    try:
+    with kept_threads(crawl, 2) as kept:
         crowded = dict.fromkeys(allowed, 1.0)  # every core full, half of ours is ours
         looks = []
         for _ in range(2):
@@ -234,10 +236,6 @@ def test_a_crowded_crawl_runs_on_every_core_until_a_core_is_free():
         idlest = min(allowed - {max(allowed)})
         assert crawl.core == idlest and crawl.moves == 2
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({idlest})}
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(30)
 
 
 SPINNER = """
@@ -262,23 +260,21 @@ def test_a_crawl_leaves_a_core_another_process_keeps_busy(monkeypatch):
     spinner = subprocess.Popen(
         [sys.executable, "-c", SPINNER, str(start)], stdout=subprocess.PIPE, text=True
     )
-    kept, release, threads = kept_threads(crawl, 2)
+    pause = threading.Event()  # never set: a wait with a deadline, not a sleep
     try:
-        assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
-        deadline = time.monotonic() + 30
-        while crawl.core == start and time.monotonic() < deadline:
-            crawl.look()
-            release.wait(0.05)  # the loads of the next interval accumulate meanwhile
-        assert crawl.core != start
-        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {crawl.one}
+        with kept_threads(crawl, 2) as kept:
+            assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
+            deadline = time.monotonic() + 30
+            while crawl.core == start and time.monotonic() < deadline:
+                crawl.look()
+                pause.wait(0.05)  # the loads of the next interval accumulate meanwhile
+            assert crawl.core != start
+            assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {crawl.one}
     finally:
         spinner.kill()
         spinner.wait(30)
         if spinner.stdout is not None:
             spinner.stdout.close()
-        release.set()
-        for thread in threads:
-            thread.join(30)
 
 
 BUSY_CRAWL = """
