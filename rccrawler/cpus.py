@@ -164,12 +164,12 @@ class CrawlCores:
     def keep_this_thread(self) -> ThreadCores | None:
         """Keep the calling thread on the crawl's core from now on; None if refused."""
         cores = ThreadCores(self)
-        try:
-            cores.keep()
-        except OSError as exc:  # a container may forbid it: the crawl runs as without
-            logger.warning("threads.one_core: a thread is not kept on one core: %s", exc)
-            return None
-        with self._lock:
+        with self._lock:  # not between a move's choice of core and its moving the threads
+            try:
+                cores.keep()
+            except OSError as exc:  # a container may forbid it: the crawl runs as without
+                logger.warning("threads.one_core: a thread is not kept on one core: %s", exc)
+                return None
             self._threads[threading.get_native_id()] = cores
         return cores
 
