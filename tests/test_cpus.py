@@ -238,12 +238,40 @@ def test_a_crowded_crawl_runs_on_every_core_until_a_core_is_free():
         assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {frozenset({idlest})}
 
 
+ENDS_WITH_ITS_STDIN = """
+import sys, threading
+ended = threading.Event()  # set when the test closes this process's stdin
+threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
+"""
+
+
+@contextlib.contextmanager
+def python_process(code: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``python -c`` of ``ENDS_WITH_ITS_STDIN`` and ``code``, its output piped; on the
+    way out its stdin is closed, so it ends, and it is reaped (killed if it is late)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", ENDS_WITH_ITS_STDIN + code, *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+        process.stdout.close()
+
+
 SPINNER = """
-import os, sys, time
+import os, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
 print("spinning", flush=True)
 end = time.monotonic() + 60
-while time.monotonic() < end:
+while not ended.is_set() and time.monotonic() < end:
     pass
 """
 
@@ -257,28 +285,19 @@ def test_a_crawl_leaves_a_core_another_process_keeps_busy(monkeypatch):
     crawl = cpus.crawl_cores()
     assert crawl is not None
     start = crawl.core
-    spinner = subprocess.Popen(
-        [sys.executable, "-c", SPINNER, str(start)], stdout=subprocess.PIPE, text=True
-    )
-    pause = threading.Event()  # never set: a wait with a deadline, not a sleep
-    try:
-        with kept_threads(crawl, 2) as kept:
-            assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
-            deadline = time.monotonic() + 30
-            while crawl.core == start and time.monotonic() < deadline:
-                crawl.look()
-                pause.wait(0.05)  # the loads of the next interval accumulate meanwhile
-            assert crawl.core != start
-            assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {crawl.one}
-    finally:
-        spinner.kill()
-        spinner.wait(30)
-        if spinner.stdout is not None:
-            spinner.stdout.close()
+    pause = threading.Event()  # never set: polled looks, with a deadline
+    with python_process(SPINNER, str(start)) as spinner, kept_threads(crawl, 2) as kept:
+        assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
+        deadline = time.monotonic() + 30
+        while crawl.core == start and time.monotonic() < deadline:
+            crawl.look()
+            pause.wait(0.05)  # the loads of the next interval accumulate meanwhile
+        assert crawl.core != start
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in kept} == {crawl.one}
 
 
 BUSY_CRAWL = """
-import os, sys, threading, time
+import os, time
 from rccrawler import cpus
 cpus.LOOK_EVERY_S = 0.2
 made = []
@@ -296,10 +315,9 @@ def spin():
 threading.Thread(target=spin, daemon=True).start()
 print(crawl.core, flush=True)
 end = time.monotonic() + 60
-while time.monotonic() < end:
+while not ended.wait(0.02) and time.monotonic() < end:
     if crawl.look():  # None: on every core, while the machine is busy with more
         print(-1 if crawl.core is None else crawl.core, flush=True)
-    time.sleep(0.02)
 """
 
 
@@ -308,31 +326,24 @@ def test_two_busy_crawls_started_on_one_machine_end_on_two_cores():
     two looks in a row must agree, so they part instead of moving together."""
     import selectors
 
-    crawls = [
-        subprocess.Popen([sys.executable, "-c", BUSY_CRAWL], stdout=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
     cores: dict[int, int] = {}
-    try:
-        with selectors.DefaultSelector() as selector:
-            for index, crawl in enumerate(crawls):
-                assert crawl.stdout is not None
-                selector.register(crawl.stdout, selectors.EVENT_READ, index)
-            deadline = time.monotonic() + 45
-            while time.monotonic() < deadline:
-                for key, _events in selector.select(timeout=1):
-                    line = key.fileobj.readline()  # type: ignore[union-attr]
-                    assert line, "a busy crawl ended early"
-                    cores[key.data] = int(line)
-                if len(cores) == 2 and cores[0] != cores[1] and -1 not in cores.values():
-                    break
-        assert len(cores) == 2 and cores[0] != cores[1] and -1 not in cores.values()
-    finally:
-        for crawl in crawls:
-            crawl.kill()
-            crawl.wait(30)
-            if crawl.stdout is not None:
-                crawl.stdout.close()
+    with (
+        python_process(BUSY_CRAWL) as first,
+        python_process(BUSY_CRAWL) as second,
+        selectors.DefaultSelector() as selector,
+    ):
+        for index, crawl in enumerate((first, second)):
+            assert crawl.stdout is not None
+            selector.register(crawl.stdout, selectors.EVENT_READ, index)
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:
+            for key, _events in selector.select(timeout=1):
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                assert line, "a busy crawl ended early"
+                cores[key.data] = int(line)
+            if len(cores) == 2 and cores[0] != cores[1] and -1 not in cores.values():
+                break
+    assert len(cores) == 2 and cores[0] != cores[1] and -1 not in cores.values()
 
 
 def test_a_crawl_starts_on_the_core_its_start_ran_on():
