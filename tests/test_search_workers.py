@@ -38,11 +38,12 @@ from plugins.search.index import (
 from plugins.search.processing import WORD
 from plugins.search.settings import index_caps, text_processor
 from plugins.search.threads import IndexingParsingThread
-from plugins.search.worker import IndexWorker, WorkerError, WorkerPool, index_page
+from plugins.search.worker import IndexWorker, IndexWorkerPool, index_page
 from rccrawler.data.storage import create_storage, open_storage
 from rccrawler.manager import load_settings
 from rccrawler.records import PageData, PageId
 from rccrawler.web.html import parse_html
+from rccrawler.workers import WorkerError
 
 HOST = "w.test"
 MANAGER = "plugins.search.SearchManager"
@@ -176,7 +177,7 @@ def test_the_lists_derived_in_parts_are_the_lists_derived_at_once(site_settings)
         for parts in (2, 3, 5):
             assert derived(batch=batch, parts=parts) == whole, (batch, parts)
     assert derived(batch=1024) == at_once
-    pool = WorkerPool(settings)
+    pool = IndexWorkerPool(settings)
     try:
         for worker in pool.prestart(2):
             pool.take()
@@ -344,7 +345,7 @@ def test_a_gone_worker_leaves_the_work_to_its_caller(site_settings):
     assert SearchManager(settings).run()
     with open_storage(settings, task_tables=SearchManager.tables_for(settings)) as data:
         rows = sorted(data.task_rows(DOCS.name, columns=LIST_COLUMNS))
-    pool = WorkerPool(settings)
+    pool = IndexWorkerPool(settings)
     try:
         workers = pool.prestart(2)
         for worker in workers:
@@ -423,7 +424,7 @@ def test_workers_are_forks_only_of_a_process_with_one_thread():
     thread starts fresh interpreters (a crawl from the command line forks: its threads
     start after its workers)."""
     program = (
-        "import threading; from plugins.search.worker import can_fork; alone = can_fork();"
+        "import threading; from rccrawler.workers import can_fork; alone = can_fork();"
         " event = threading.Event(); thread = threading.Thread(target=event.wait);"
         " thread.start(); print(alone, can_fork()); event.set()"
     )
@@ -472,7 +473,7 @@ def test_a_worker_computes_its_next_call_while_its_answer_waits_to_be_taken(
     one's answer is taken: while the caller stores the first answer, the worker whose
     answer comes second goes on to its next call."""
     _cls, settings = load_settings(site_settings())
-    pool = WorkerPool(settings)
+    pool = IndexWorkerPool(settings)
     try:
         for worker in pool.prestart(2):
             pool.take()

@@ -19,7 +19,7 @@ from plugins.search.settings import (
     text_processor,
 )
 from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread, SearchContext
-from plugins.search.worker import WorkerPool
+from plugins.search.worker import IndexWorkerPool
 from plugins.webgraph.manager import WebGraphManager
 from rccrawler.data.storage import create_storage, open_storage, state_exists
 from rccrawler.exceptions import ConfigError, StateError
@@ -78,7 +78,7 @@ class SearchManager(WebGraphManager):
         """The crawl's context with the index workers (started as the parsing threads
         ask for them)."""
         context = super().create_context(data, fetcher)
-        workers = WorkerPool(self.settings, enabled=index_workers(self.settings))
+        workers = IndexWorkerPool(self.settings, enabled=index_workers(self.settings))
         return SearchContext(**vars(context), workers=workers)
 
     def prepare(self) -> None:
@@ -88,7 +88,7 @@ class SearchManager(WebGraphManager):
         self.workers.prestart(self.settings.parsing_threads)
 
     @property
-    def workers(self) -> WorkerPool:
+    def workers(self) -> IndexWorkerPool:
         assert isinstance(self.context, SearchContext)
         return self.context.workers
 

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING
 from plugins.search.content import extract_content
 from plugins.search.index import content_rows, page_rows
 from plugins.search.settings import index_caps, text_processor
-from plugins.search.worker import WorkerError, WorkerPool, index_page
+from plugins.search.worker import IndexWorkerPool, index_page
 from rccrawler.context import CrawlContext
 from rccrawler.policy import is_html
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.web.robots import robots_tag_directives
+from rccrawler.workers import WorkerError
 
 if TYPE_CHECKING:
     from rccrawler.data.base import TaskRows
@@ -31,7 +32,7 @@ class SearchContext(CrawlContext):
     """The search task's crawl context: its parsing threads also reach the index
     workers (``search.workers``)."""
 
-    workers: WorkerPool
+    workers: IndexWorkerPool
 
 
 class IndexingParsingThread(ParsingThread):

@@ -1,98 +1,45 @@
-"""Index workers: processes that parse and index pages beside the crawl's threads.
+"""The search task's index workers: worker processes (:mod:`rccrawler.workers`) that
+parse and index pages beside the crawl's threads.
 
-A crawl runs its Python on one core at a time (the GIL), and indexing a page (the
-parse of its text, the weighing of its terms) costs more than its download and links.
-Each parsing thread of the search task hands its pages to a worker process of its own,
-which parses the page (the links the crawl needs, and the text) and builds its index
-row; the thread waits for the answer without holding the GIL, so the crawl goes on
-meanwhile, and keeps the next page in the pipe, so the worker goes on too. When the
-crawl is over, the workers derive the posting lists and the vocabulary, in parts.
-
-Nothing is stored by a worker: the thread stores the page's links and row together, as
-before, so a killed crawl loses no finished page. A worker that is not up yet, has
-failed or is gone leaves the work to the thread (the same rows).
-
-A worker is a fork of the crawl's process when that is safe (on Linux, from a process
-with one thread: a crawl run from the command line starts its workers in
-``SearchManager.prepare``, before its threads and the live view's), so it starts with
-the crawl's imports done; otherwise it is a fresh interpreter that imports them itself
-(0.22 to 0.31 CPU s for each worker, numpy included, on the cores the crawl needs).
+Indexing a page (the parse of its text, the weighing of its terms) costs more than its
+download and links. Each parsing thread of the search task hands its pages to a worker
+of its own, which parses the page (the links the crawl needs, and the text) and builds
+its index row; when the crawl is over, the workers derive the posting lists and the
+vocabulary, in parts.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import importlib
-import logging
-import os
-import queue
-import select
-import signal
-import socket
-import subprocess
-import sys
-import threading
-from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.search.index import page_rows
 from plugins.search.settings import index_caps, text_processor
-from rccrawler.cpus import use_the_crawl_process_cpus
+from rccrawler.web.html import parse_html
+from rccrawler.workers import Worker, WorkerPool
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
-
     from plugins.search.processing import TextProcessor
     from rccrawler.config import Settings
     from rccrawler.data.base import TaskRows
     from rccrawler.web.html import ParsedPage
 
-from rccrawler.web.html import parse_html
-
-logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-READY = "ready"
-"""What a worker sends once it can take work."""
-
-CLOSE_WAIT = 5.0
-"""Seconds a closing worker gets to end before it is killed."""
-
-WORKER_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-"""A worker is one thread of work: numpy's BLAS starts no threads of its own (their
-start doubled the CPU time of its import, on a crawl that uses every core)."""
-
-CALLS_AHEAD = 2
-"""Calls sent to a worker ahead of their answers by :meth:`WorkerPool.map_calls`."""
-
-SOCKET_BUFFER = 1 << 20
-"""Bytes a worker's socket holds unread each way (the kernel may cap it lower): room
-for the pages sent ahead and for their answers. On the Python docs a page is 54 kB at
-the median and up to 2.5 MB; its answer (links, text, positions) 27 kB, 100 kB at the
-90th percentile and up to 770 kB. With the default 208 kB, a worker spent 6 to 13% of
-its time in its send, until the thread read the answer before."""
-
-IMPORTED_WHEN_IDLE = ("numpy",)
-"""Modules a worker imports the first time it waits for work, so that neither its first
-page (a page's positions are sorted in numpy) nor the posting lists at the crawl's end
-wait for the import (a forked worker has them already: the crawl imports them once,
-before its first fork)."""
-
 IndexRequest = tuple[str, str, bytes, str | None, dict[str, Any]]
 """(URL fetched, normalized URL, body, Content-Type, ``parse_html`` options)."""
 
 
-class WorkerError(Exception):
-    """A worker could not do the work (not up, gone, or the work raised there)."""
-
-
-class _Worker:
-    """What a worker process keeps: the content processor of the crawl's settings."""
+class _Indexer:
+    """What an index worker's process keeps: the content processor of the crawl's
+    settings."""
 
     processor: TextProcessor
     caps: dict[str, int]
+
+
+def prepare_indexer(settings: Settings | None) -> None:
+    """In a worker, before its first page: the text processor of the ``search:`` section."""
+    assert settings is not None
+    _Indexer.processor = text_processor(settings)
+    _Indexer.caps = index_caps(settings)
 
 
 def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows]:
@@ -100,395 +47,22 @@ def index_page(request: IndexRequest) -> tuple[ParsedPage, TaskRows]:
     thread would (which leaves a ``noindex`` page out)."""
     url, normalized_url, body, content_type, options = request
     parsed = parse_html(body, url, content_type, **options)
-    return parsed, page_rows(normalized_url, parsed, _Worker.processor, _Worker.caps)
+    return parsed, page_rows(normalized_url, parsed, _Indexer.processor, _Indexer.caps)
 
 
-def _unreadable(what: str) -> NoReturn:
-    """The work of a request the worker could not read (it must answer every one, in
-    order: the caller waits for each answer)."""
-    raise WorkerError(f"the request could not be read: {what}")
+class IndexWorker(Worker):
+    """An index worker: its process holds the crawl's text processor."""
+
+    setup = prepare_indexer
+    label = "index worker"
+    idle_imports: ClassVar[tuple[str, ...]] = ("numpy",)
+    """So that neither its first page (a page's positions are sorted in numpy) nor the
+    posting lists at the crawl's end wait for the import (a forked worker has it
+    already: the crawl imports it once, before its first fork)."""
 
 
-def serve(connection: Connection, settings: Settings) -> None:
-    """A worker's life: (function, arguments) in, ("ok", result) or ("error", what)
-    out, in the order they came, until None or the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the crawl decides when to stop
-    use_the_crawl_process_cpus()  # not the one core of a crawl thread (threads.one_core)
-    _Worker.processor = text_processor(settings)
-    _Worker.caps = index_caps(settings)
-    requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+class IndexWorkerPool(WorkerPool):
+    """The crawl's index workers: one for each parsing thread, then the derivation of
+    the posting lists in parts (:meth:`map_calls`), once the crawl is over."""
 
-    def read() -> None:
-        # Always reading: a caller may send the next piece while this process sends an
-        # answer, and two sends into full pipes would wait on each other for ever.
-        while True:
-            try:
-                request = connection.recv()
-            except (EOFError, OSError):
-                request = None
-            except Exception as exc:  # its pickle does not load here: the answer says so
-                request = (_unreadable, (repr(exc),))
-            requests.put(request)
-            if request is None:
-                return
-
-    threading.Thread(target=read, name="IndexWorker-requests", daemon=True).start()
-    connection.send(READY)
-    to_import = list(IMPORTED_WHEN_IDLE)
-    while True:
-        while to_import and requests.empty():  # idle: import what the lists will need
-            importlib.import_module(to_import.pop())
-        if (request := requests.get()) is None:
-            break
-        function, arguments = request
-        try:
-            answer: tuple[str, object] = ("ok", function(*arguments))
-        except Exception as exc:  # the caller does the work itself, and sees the error
-            answer = ("error", repr(exc))
-        try:
-            connection.send(answer)
-        except OSError:  # the crawl is gone (killed): so is its work
-            return
-        except Exception as exc:  # it does not pickle (nothing was sent): say so
-            with contextlib.suppress(OSError):  # gone: the next request read is None
-                connection.send(("error", f"the answer could not be sent: {exc!r}"))
-
-
-def can_fork() -> bool:
-    """Whether a worker may be a fork of this process: Linux (a pidfd lets the crawl
-    wait for a child it did not start through ``subprocess``), and no thread but this
-    one (a fork copies a lock another thread holds, locked for ever)."""
-    return hasattr(os, "pidfd_open") and threading.active_count() == 1
-
-
-def _forked_worker(fd: int, settings: Settings) -> NoReturn:
-    """The life of a forked worker: it never returns into the crawl's code it was
-    copied from (its frames, files and handlers are the crawl's)."""
-    try:
-        # The crawl's objects are never collected here: a finalizer would close a file
-        # descriptor that this process may have reused by then.
-        gc.freeze()
-        # The crawl's files (its state's lock, its database, its sockets) are not this
-        # process's to hold: a killed crawl's lock must go with it.
-        os.closerange(3, fd)
-        os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
-        signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(signum, signal.SIG_DFL)  # the crawl's handlers would stop it
-        serve(Connection(fd), settings)
-    except BaseException:  # nothing of the crawl's may run here: say why, and end
-        with contextlib.suppress(Exception):
-            import traceback
-
-            traceback.print_exc()
-        os._exit(1)
-    os._exit(0)
-
-
-class _ForkedProcess:
-    """The part of ``subprocess.Popen`` that :class:`IndexWorker` uses, for a forked
-    child: waited for through a pidfd (``Popen`` cannot adopt a child)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._pidfd = os.pidfd_open(pid)
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            ready, _, _ = select.select([self._pidfd], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired(f"index worker {self.pid}", timeout or 0)
-            try:
-                _, status = os.waitpid(self.pid, 0)
-                self.returncode = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:  # reaped by someone else: gone all the same
-                self.returncode = -1
-            os.close(self._pidfd)
-        return self.returncode
-
-    def kill(self) -> None:
-        if self.returncode is None:  # not reaped yet: the pid is still this child's
-            os.kill(self.pid, signal.SIGKILL)
-
-
-def main(fd: int) -> None:
-    """The worker process (``python -c`` of :data:`_BOOT`): its end of the socket pair
-    is ``fd``, and the settings are the first thing it reads."""
-    connection = Connection(fd)
-    try:
-        settings = connection.recv()
-    except (EOFError, OSError):
-        os._exit(0)
-    serve(connection, settings)
-    # Nothing to flush or save: skip the interpreter's teardown (a crawl's end waits).
-    os._exit(0)
-
-
-_BOOT = "import sys; sys.path[:0] = {path!r}; from plugins.search.worker import main; main({fd})"
-"""The worker's command: a fresh interpreter with this one's import path (not the
-crawl's main module, which a ``multiprocessing`` child would import again)."""
-
-
-class IndexWorker:
-    """One worker process, used by one thread at a time.
-
-    It is a fork of this process, up at once, when :func:`can_fork` says so. Else it is
-    a fresh interpreter, started from a helper thread: until it has read its settings
-    and imported what it needs, :meth:`call` raises WorkerError at once (the caller
-    does the work), so the crawl never waits for it.
-
-    Args:
-        settings: the crawl's settings (the worker reads the ``search:`` section).
-        fork: a fork (True) or a fresh interpreter (False); None: a fork if
-            :func:`can_fork`.
-    """
-
-    def __init__(self, settings: Settings, *, fork: bool | None = None) -> None:
-        self._settings = settings
-        self._connection: Connection | None = None
-        self._process: subprocess.Popen[bytes] | _ForkedProcess | None = None
-        self._ready = False
-        self._failed = False
-        self.answered = 0
-        """Pieces of work this worker did."""
-        self.forked = can_fork() if fork is None else fork
-        """Whether the worker is a fork of this process."""
-        self._starting: threading.Thread | None = None
-        if self.forked:  # in this thread: with a helper, it would not be the only one
-            self._launch(self._fork)
-        else:
-            self._starting = threading.Thread(
-                target=self._launch, args=(self._spawn,), name="IndexWorker-start", daemon=True
-            )
-            self._starting.start()
-
-    def _launch(self, start: Callable[[socket.socket, socket.socket], Connection]) -> None:
-        """Start the process by ``start(our end, its end)``, which returns our connection."""
-        parent, child = socket.socketpair()
-        try:
-            for end in (parent, child):
-                end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
-            self._connection = start(parent, child)
-            how = "a fork of the crawl" if self.forked else "a fresh interpreter"
-            logger.debug("index worker %s started, %s", self.pid, how)
-        except Exception as exc:  # no worker: the threads index, as without one
-            logger.warning("no index worker process (%s): indexing in the crawl's threads", exc)
-            self._failed = True
-            parent.close()
-        finally:
-            child.close()
-
-    def _fork(self, parent: socket.socket, child: socket.socket) -> Connection:
-        if not all(map(sys.modules.__contains__, IMPORTED_WHEN_IDLE)):
-            # Imported once here rather than in every worker, and as a worker would: a
-            # crawl's process needs no BLAS threads either (nor a fork their locks).
-            for name, value in WORKER_ENVIRONMENT.items():
-                os.environ.setdefault(name, value)
-            for module in IMPORTED_WHEN_IDLE:
-                importlib.import_module(module)
-        pid = os.fork()
-        if pid == 0:
-            parent.close()
-            _forked_worker(child.detach(), self._settings)
-        self._process = _ForkedProcess(pid)
-        return Connection(parent.detach())
-
-    def _spawn(self, parent: socket.socket, child: socket.socket) -> Connection:
-        command = _BOOT.format(path=sys.path, fd=child.fileno())
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", command],
-            stdin=subprocess.DEVNULL,
-            pass_fds=[child.fileno()],
-            env={**os.environ, **WORKER_ENVIRONMENT},
-        )
-        connection = Connection(parent.detach())
-        connection.send(self._settings)
-        return connection
-
-    def ready(self, wait: float = 0.0) -> bool:
-        """Whether the worker takes work now, waiting up to ``wait`` seconds for it."""
-        if self._ready or self._failed:
-            return self._ready
-        if self._starting is not None:
-            self._starting.join(wait)
-        connection = self._connection
-        if connection is None:
-            return False
-        try:
-            if connection.poll(wait):
-                self._ready = connection.recv() == READY
-                self._failed = not self._ready
-        except (EOFError, OSError):
-            self._failed = True
-        return self._ready
-
-    def submit(self, function: Callable[..., Any], *arguments: Any) -> None:
-        """Send work (a module-level function and its picklable arguments)."""
-        if not self.ready():
-            raise WorkerError("the worker is not up")
-        assert self._connection is not None
-        try:
-            self._connection.send((function, arguments))
-        except OSError as exc:
-            self._gone(exc)
-
-    def result(self) -> Any:
-        """The answer to the work sent last (WorkerError if it failed there)."""
-        assert self._connection is not None
-        try:
-            status, answer = self._connection.recv()
-        except (EOFError, OSError) as exc:
-            self._gone(exc)
-        except Exception as exc:  # an answer that does not load here: nor would the next
-            self.stop()  # (read from the middle of the stream): the worker is let go
-            self._gone(exc)
-        if status != "ok":
-            raise WorkerError(answer)
-        self.answered += 1
-        return answer
-
-    def call(self, function: Callable[..., T], *arguments: Any) -> T:
-        """``function(*arguments)`` run in the worker."""
-        self.submit(function, *arguments)
-        result: T = self.result()
-        return result
-
-    def _gone(self, exc: BaseException) -> NoReturn:
-        logger.warning("an index worker is gone (%r): indexing in the threads", exc)
-        self._ready, self._failed = False, True
-        raise WorkerError(repr(exc)) from exc
-
-    def stop(self) -> None:
-        """Ask the worker to end, without waiting for it (:meth:`close` waits)."""
-        if self._starting is not None:
-            self._starting.join()
-        connection, process = self._connection, self._process
-        if connection is None or connection.closed:
-            return
-        up = self.ready()
-        if up:
-            with contextlib.suppress(OSError):
-                connection.send(None)
-        connection.close()
-        if process is not None and not up:
-            process.kill()
-
-    @property
-    def pid(self) -> int | None:
-        """The worker's process id (None until it is started)."""
-        return self._process.pid if self._process is not None else None
-
-    def close(self) -> None:
-        """Stop the worker (it holds no state): asked to end when it is up, killed when
-        it is still starting (a short crawl does not wait for its imports)."""
-        self.stop()
-        process = self._process
-        if process is not None:
-            try:
-                process.wait(CLOSE_WAIT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-class WorkerPool:
-    """The crawl's index workers: one for each parsing thread that asks, then the
-    derivation of the posting lists in parts, once the crawl is over.
-
-    Args:
-        settings: the crawl's settings.
-        enabled: False (``search.workers: false``) starts none: the threads do it all.
-        fork: how the workers start (see :class:`IndexWorker`).
-    """
-
-    def __init__(
-        self, settings: Settings, *, enabled: bool = True, fork: bool | None = None
-    ) -> None:
-        self.settings = settings
-        self.enabled = enabled
-        self.fork = fork
-        self._workers: list[IndexWorker] = []
-        self._spare: list[IndexWorker] = []
-        self._lock = threading.Lock()
-        self.answered = 0
-        """Pieces of work the closed workers did (pages, parts of the lists)."""
-
-    def _new_worker(self) -> IndexWorker:
-        return IndexWorker(self.settings, fork=self.fork)
-
-    def prestart(self, count: int) -> list[IndexWorker]:
-        """Start ``count`` workers now, for the next :meth:`take` calls."""
-        if not self.enabled:
-            return []
-        started = [self._new_worker() for _ in range(count)]
-        with self._lock:
-            self._spare += started
-        return started
-
-    def take(self) -> IndexWorker | None:
-        """A worker for one thread's use, started now unless :meth:`prestart` did
-        (None when workers are off)."""
-        if not self.enabled:
-            return None
-        with self._lock:
-            worker = self._spare.pop(0) if self._spare else self._new_worker()
-            self._workers.append(worker)
-        return worker
-
-    def map_calls(self, calls: Sequence[tuple[Callable[..., T], tuple[Any, ...]]]) -> Iterator[T]:
-        """``function(*arguments)`` of each call, in order, computed by the workers that
-        are up; a call no worker can do is done in this thread.
-
-        Each worker holds :data:`CALLS_AHEAD` calls: while the caller stores one answer,
-        the worker that sent it computes its next call, and so does a worker whose
-        answer waits to be taken (given its next call only once its answer was taken,
-        it stood idle while the caller stored the answer before)."""
-        with self._lock:
-            workers = [worker for worker in self._workers if worker.ready()]
-        computing: dict[int, IndexWorker] = {}
-        sent = 0
-
-        def send_next(worker: IndexWorker) -> None:
-            nonlocal sent
-            if sent < len(calls):
-                function, arguments = calls[sent]
-                try:
-                    worker.submit(function, *arguments)
-                    computing[sent] = worker
-                except WorkerError:
-                    pass  # this call is done in the thread when its turn comes
-                sent += 1
-
-        for _ in range(CALLS_AHEAD):
-            for worker in workers:
-                send_next(worker)
-        for index, (function, arguments) in enumerate(calls):
-            doing = computing.pop(index, None)
-            if doing is not None:
-                try:
-                    result: T = doing.result()
-                except WorkerError as exc:
-                    logger.debug("a worker failed on %s: %s", function.__name__, exc)
-                else:
-                    send_next(doing)
-                    yield result
-                    continue
-            yield function(*arguments)
-
-    @property
-    def size(self) -> int:
-        """How many workers there are (up or starting)."""
-        with self._lock:
-            return len(self._workers)
-
-    def close(self) -> None:
-        with self._lock:
-            workers, self._workers, self._spare = [*self._workers, *self._spare], [], []
-        for worker in workers:  # all asked first, so they end at the same time
-            worker.stop()
-        for worker in workers:
-            worker.close()
-            self.answered += worker.answered
-        if workers:
-            logger.debug("%d index workers did %d pieces of work", len(workers), self.answered)
+    worker_class = IndexWorker
