@@ -137,6 +137,10 @@ class Settings:
     """Keep the crawl's threads on one CPU core, moved to an idler one when another
     process keeps it busy (see :mod:`rccrawler.cpus`): handing the GIL between cores
     costs more than parsing small pages in parallel gains."""
+    parse_worker: bool = False
+    """Parse large pages in a worker process, on another core than the crawl's threads
+    (see :class:`rccrawler.workers.LargePageParser`): faster on sites of large pages,
+    for a process's memory."""
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
     """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
@@ -241,6 +245,7 @@ _TOP_KEYS = {
     "parser", "downloading_thread", "parsing_thread", "routine_thread", "finisher",
     "unloaders", "name",
 }  # fmt: skip
+_THREADS_KEYS = ("downloading", "parsing", "one_core", "parse_worker")
 
 
 def _check_type(key: str, value: object, types: tuple[type, ...], what: str) -> None:
@@ -490,12 +495,12 @@ def settings_from_mapping(
     if not isinstance(threads, dict):
         raise ConfigError("threads", "must be a mapping like {downloading: 8, parsing: 2}")
     for key, value in threads.items():
-        if key not in ("downloading", "parsing", "one_core"):
+        if key not in _THREADS_KEYS:
             raise ConfigError(
-                f"threads.{key}", "unknown key (allowed: downloading, parsing, one_core)"
+                f"threads.{key}", "unknown key (allowed: " + ", ".join(_THREADS_KEYS) + ")"
             )
-        if key == "one_core":
-            _check_type("threads.one_core", value, (bool,), "true or false")
+        if key in ("one_core", "parse_worker"):
+            _check_type(f"threads.{key}", value, (bool,), "true or false")
             continue
         _check_type(f"threads.{key}", value, (int,), "a whole number >= 1")
         if value < 1:
@@ -539,6 +544,7 @@ def settings_from_mapping(
         downloading_threads=threads.get("downloading", 8),
         parsing_threads=threads.get("parsing", 2),
         one_core=threads.get("one_core", True),
+        parse_worker=threads.get("parse_worker", False),
         crawl=crawl,
         storage=storage,
         parser=parser,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rccrawler.cpus import CrawlCores, crawl_cores
+from rccrawler.workers import LargePageParser
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -106,10 +107,15 @@ class CrawlContext:
     cores: CrawlCores | None = None
     """The one core the crawl's threads share (``threads.one_core``); None to let them
     run anywhere (set from the settings when not given)."""
+    large_pages: LargePageParser | None = None
+    """Where the parsing threads may have a large page parsed (``threads.parse_worker``;
+    set from the settings when not given). The manager closes it."""
 
     def __post_init__(self) -> None:
         if self.cores is None and self.settings.one_core:
             self.cores = crawl_cores()
+        if self.large_pages is None:
+            self.large_pages = LargePageParser(enabled=self.settings.parse_worker)
 
     def note_signal(self, reason: str) -> None:
         """Ask for a stop from a signal handler. The handler runs on the main thread

@@ -321,7 +321,10 @@ class ApplicationManager:
         """Hook for crawl tasks: called by the command line before any other thread of
         the process starts (the live view's among them), then :meth:`run`. A task that
         starts worker processes as forks of this one starts them here: a fork copies
-        the locks other threads hold. Nothing by default."""
+        the locks other threads hold. The default starts the large pages' worker
+        (``threads.parse_worker``), a fork then."""
+        if self.context.large_pages is not None:
+            self.context.large_pages.start()
 
     def run(self) -> bool:
         """Run (or resume) the crawl until it is over or a stop is requested.
@@ -341,6 +344,7 @@ class ApplicationManager:
             self.stopping.set()
             self.data.wake_all()  # not from request_stop: a signal handler must not lock
             self.join_threads()
+            self.close_workers()
             crashed = [t.error for t in self.threads if t.error is not None]
             if crashed:
                 raise crashed[0]
@@ -356,10 +360,16 @@ class ApplicationManager:
             return self.finished
         finally:
             run_log.end()
+            self.close_workers()
             self.fetcher.close()
             self.data.close()
             self.stop_file.unlink(missing_ok=True)
             self.unlock_state()
+
+    def close_workers(self) -> None:
+        """End the worker processes of the crawl's threads (they are done with them)."""
+        if self.context.large_pages is not None:
+            self.context.large_pages.close()
 
     def wait_until_done(self) -> None:
         """Ask the finisher every tick; record each site's stop reason as it ends."""

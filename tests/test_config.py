@@ -25,6 +25,7 @@ CASES = [
     ({**GOOD, "threads": {"downloading": "eight"}}, "threads.downloading"),
     ({**GOOD, "threads": {"fetching": 2}}, "threads.fetching"),
     ({**GOOD, "threads": {"one_core": "yes"}}, "threads.one_core"),
+    ({**GOOD, "threads": {"parse_worker": 1}}, "threads.parse_worker"),
     ({"crawl": {"max_depth": 2}}, "sites"),
     ({**GOOD, "sites": []}, "sites"),
     ({**GOOD, "sites": ["not a host"]}, "sites[0]"),

@@ -85,6 +85,7 @@ class SearchManager(WebGraphManager):
         """The parsing threads' index workers, started before any other thread (the
         live view's): as forks of this process, which has the crawl's imports done,
         rather than as fresh interpreters."""
+        super().prepare()
         self.workers.prestart(self.settings.parsing_threads)
 
     @property

@@ -41,8 +41,6 @@ class ParsingThread(CrawlerThread):
         if item is None:
             return False
         page, body = item
-        if self.cores is not None:
-            self.cores.place_parse(len(body))
         self.finish_page(page, body, self.parse_page(page, body))
         return True
 
@@ -74,11 +72,22 @@ class ParsingThread(CrawlerThread):
     def parse_page(self, page: PageData, body: bytes) -> ParsedPage:
         """Hook for crawl tasks: the page's :func:`parse_html` with :meth:`parse_options`.
 
-        A task may get the same ParsedPage another way (in a worker process, with its
-        own work on the page done there too); it runs on this ParsingThread, before
-        the links are classified and :meth:`process_page` is called.
+        A large page is parsed in the crawl's worker process when it is free
+        (``CrawlContext.large_pages``), else here: on any core for a large page, on the
+        crawl's for a small one (``threads.one_core``). A task may get the same
+        ParsedPage another way (in a worker process of its own, with its own work on the
+        page done there too); it runs on this ParsingThread, before the links are
+        classified and :meth:`process_page` is called.
         """
-        return parse_html(body, page.url, page.content_type, **self.parse_options())
+        options = self.parse_options()
+        large_pages = self.context.large_pages
+        if large_pages is not None:
+            parsed = large_pages.parse(body, page.url, page.content_type, options)
+            if parsed is not None:
+                return parsed
+        if self.cores is not None:
+            self.cores.place_parse(len(body))
+        return parse_html(body, page.url, page.content_type, **options)
 
     def process_page(self, page: PageData, body: bytes, parsed: ParsedPage) -> TaskRows | None:
         """Hook for crawl tasks: the page's rows for the task's tables (see
