@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from crawling import CrawlResult, CrawlRunner, wait_until
-from support.processes import process_alive
+from support.processes import child_pids, process_alive
 from webserver import Resource
 
 from rccrawler.cpus import LARGE_PARSE_BYTES
@@ -23,17 +26,20 @@ OPTIONS = {"max_links": 100, "max_depth": 512, "max_tags": 2_000}
 
 
 def large_page(number: int) -> bytes:
-    """A page over LARGE_PARSE_BYTES, with links of its own at both ends."""
+    """A page over LARGE_PARSE_BYTES, with links at both ends."""
     filler = "<p>words of a long page</p>" * (LARGE_PARSE_BYTES // 20)
     links = f'<a href="/">home</a> <a href="/small{number}">s</a>'
-    return f'<html><body>{links}{filler}<a href="/big{number + 1}">n</a></body></html>'.encode()
+    return f'<html><body>{links}{filler}<a href="/end{number}">e</a></body></html>'.encode()
 
 
 def site(large: int = 5) -> dict[str, Resource]:
-    pages = {"/": Resource(b'<html><body><a href="/big0">big</a></body></html>')}
+    """A home page linking to ``large`` large pages, each to two small ones."""
+    links = "".join(f'<a href="/big{number}">{number}</a> ' for number in range(large))
+    pages = {"/": Resource(f"<html><body>{links}</body></html>".encode())}
     for number in range(large):
         pages[f"/big{number}"] = Resource(large_page(number))
-        pages[f"/small{number}"] = Resource(f"<html><body>small {number}</body></html>".encode())
+        for small in (f"/small{number}", f"/end{number}"):
+            pages[small] = Resource(f"<html><body>{small}</body></html>".encode())
     return pages
 
 
@@ -54,7 +60,7 @@ def test_large_pages_parsed_in_the_worker_give_the_same_graph(serve, tmp_path):
     assert large_pages.parsed >= 1  # the first large page found it free, at least
     assert not process_alive(pid)  # ended with the crawl
     urls = {row["url"] for row in plain.graph("a.test").nodes}
-    assert len(urls) == 11
+    assert len(urls) == 16
     with_worker = CrawlResult(True, settings.output_dir, {}, manager).graph("a.test")
     assert {row["url"] for row in with_worker.nodes} == urls
     assert len(with_worker.arcs) == len(plain.graph("a.test").arcs)
@@ -90,3 +96,36 @@ def test_no_worker_for_small_pages_nor_when_off():
     assert not off.ready() and off.pid is None
     on.close()
     off.close()
+
+
+def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_graph(serve, tmp_path):
+    """SIGKILL in mid-crawl: the worker (a fork of the crawl, made before its threads)
+    ends with it (its socket closes), and the resumed crawl writes the graph an
+    uninterrupted crawl without a worker writes."""
+    server = serve({"a.test": site(large=80)})
+    reference = CrawlRunner(tmp_path / "plain").run(["a.test"], server.resolve)
+    hits = len(server.hits)
+    runner = CrawlRunner(tmp_path / "killed")
+    config = runner.settings_file(
+        ["a.test"], server.resolve, threads={"downloading": 2, "parsing": 2, "parse_worker": True}
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # Bounds, not measures: the crawl is under way and its worker is up.
+        assert server.wait_for_hits(hits + 60, timeout=60, alive=lambda: proc.poll() is None)
+        workers = child_pids(proc.pid)
+        assert len(workers) == 1
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    assert wait_until(lambda: not any(map(process_alive, workers)), timeout=30, interval=0.05)
+    resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    _cls, settings = load_settings(config)
+    graph = CrawlResult(True, settings.output_dir, {}, None).graph("a.test")  # type: ignore[arg-type]
+    assert {row["url"] for row in graph.nodes} == {
+        row["url"] for row in reference.graph("a.test").nodes
+    }
+    assert len(graph.arcs) == len(reference.graph("a.test").arcs)
