@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "rccrawler.state",
             "rccrawler.memory",
             "rccrawler.cpus",
+            "rccrawler.workers",
             "rccrawler.finisher",
             "rccrawler.unloaders",
             "rccrawler.threads",
