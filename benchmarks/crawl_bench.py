@@ -415,12 +415,19 @@ def tail(path: Path, lines: int = 8) -> str:
 
 
 def crawl_ours(
-    url: str, folder: Path, timeout: float, *, all_cores: bool = False
+    url: str, folder: Path, timeout: float, *, all_cores: bool = False, parse_worker: bool = False
 ) -> tuple[Measure, int, set[str], str]:
-    """rccrawler with the settings of the issue (``threads.one_core: false`` if asked);
+    """rccrawler with the settings of the issue (``threads.one_core: false`` or
+    ``threads.parse_worker: true`` if asked);
     pages from report.json, URLs from nodes.csv."""
-    threads = {"one_core": False} if all_cores else None
-    config = write_settings(folder, [url], threads=threads, obey_robots=True, max_depth=1000)
+    threads: dict[str, bool] = {}
+    if all_cores:
+        threads["one_core"] = False
+    if parse_worker:
+        threads["parse_worker"] = True
+    config = write_settings(
+        folder, [url], threads=threads or None, obey_robots=True, max_depth=1000
+    )
     cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
     report_path = folder / "output" / "report.json"
@@ -666,6 +673,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--all-cores", action="store_true", help="rccrawler with threads.one_core: false"
     )
+    parser.add_argument(
+        "--parse-worker", action="store_true", help="rccrawler with threads.parse_worker: true"
+    )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sites.split(",") if name.strip()]
     unknown = [name for name in names if name not in SITES]
@@ -681,9 +691,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.all_cores:  # the same three crawlers, rccrawler's threads on every core
-        CRAWL["ours"] = functools.partial(crawl_ours, all_cores=True)
-        LABELS["ours"] = "rccrawler (all cores)"
+    if args.all_cores or args.parse_worker:  # the same three crawlers, rccrawler set so
+        CRAWL["ours"] = functools.partial(
+            crawl_ours, all_cores=args.all_cores, parse_worker=args.parse_worker
+        )
+        asked = [("all cores", args.all_cores), ("parse worker", args.parse_worker)]
+        LABELS["ours"] = f"rccrawler ({', '.join(name for name, on in asked if on)})"
     started = time.monotonic()
     sites: list[Site] = args.sites
     ensure_packages([*(site.package for site in sites), *TOOL_PACKAGES])
