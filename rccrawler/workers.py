@@ -211,7 +211,8 @@ def main(fd: int) -> None:
 
 
 _BOOT = (
-    "import os, sys; os.sched_setaffinity(0, os.sched_getaffinity(os.getppid()));"
+    "import os, sys; hasattr(os, 'sched_setaffinity') and"
+    " os.sched_setaffinity(0, os.sched_getaffinity(os.getppid()));"
     " sys.path[:0] = {path!r}; from rccrawler.workers import main; main({fd})"
 )
 """The worker's command: a fresh interpreter with this one's import path (not the

@@ -18,6 +18,7 @@ from webserver import Resource
 from rccrawler.config import settings_from_mapping
 from rccrawler.cpus import LARGE_PARSE_BYTES
 from rccrawler.exceptions import ConfigError
+from rccrawler.workers import Worker
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -85,6 +86,30 @@ def test_a_process_started_from_a_kept_thread_takes_the_crawl_process_cpus():
     thread.join(120)
     assert outputs["inherited"] == outputs["core"]
     assert outputs["asked"] == str(allowed)
+
+
+def test_a_worker_spawned_from_a_kept_thread_runs_on_the_crawl_process_cpus():
+    """A worker process a parsing thread starts as a fresh interpreter (the large pages'
+    worker, a search worker once threads run) asks for the crawl's CPUs itself."""
+    allowed = os.sched_getaffinity(0)
+    seen: dict[str, object] = {}
+
+    def kept_thread() -> None:
+        from rccrawler.cpus import crawl_cores
+
+        cores = crawl_cores()
+        assert cores is not None and cores.keep_this_thread() is not None  # on one core
+        worker = Worker(fork=False)
+        try:
+            seen["ready"] = worker.ready(wait=60)
+            seen["cpus"] = worker.call(os.sched_getaffinity, 0)
+        finally:
+            worker.close()
+
+    thread = threading.Thread(target=kept_thread)
+    thread.start()
+    thread.join(120)
+    assert seen == {"ready": True, "cpus": allowed}
 
 
 @pytest.mark.parametrize("value", [1, "yes", None])
