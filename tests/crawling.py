@@ -12,6 +12,9 @@ import dataclasses
 import functools
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from support.processes import child_pids, process_alive
 
 from rccrawler.config import Settings
 from rccrawler.data.base import DataManager
@@ -39,6 +43,32 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
             return False
         time.sleep(interval)
     return True
+
+
+def crawl_command(config: Path) -> tuple[list[str], dict[str, str]]:
+    """``rccrawler --config config`` as a child process (no live view, quiet), and the
+    environment that lets it import the tests' task modules."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+    return [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"], env
+
+
+def kill_under_way(command: list[str], env: dict[str, str], server: Any, hits: int) -> set[int]:
+    """Start the crawl ``command``, SIGKILL it once ``server`` has answered ``hits``
+    requests (a bound, not a measure: the crawl is under way), and wait until the
+    processes it had started by then (its workers) are gone too.
+
+    Returns:
+        Those processes' ids.
+    """
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert server.wait_for_hits(hits, timeout=60, alive=lambda: proc.poll() is None)
+        children = child_pids(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    assert wait_until(lambda: not any(map(process_alive, children)), timeout=30, interval=0.05)
+    return children
 
 
 CLOCK_SLACK = 0.001

@@ -6,11 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
-from crawling import CrawlResult, CrawlRunner, wait_until
-from support.processes import child_pids, process_alive
+from crawling import CrawlResult, CrawlRunner, crawl_command, kill_under_way, wait_until
+from support.processes import process_alive
 from webserver import Resource
 
 from rccrawler.cpus import LARGE_PARSE_BYTES
@@ -109,18 +107,9 @@ def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_graph(se
     config = runner.settings_file(
         ["a.test"], server.resolve, threads={"downloading": 2, "parsing": 2, "parse_worker": True}
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        # Bounds, not measures: the crawl is under way and its worker is up.
-        assert server.wait_for_hits(hits + 60, timeout=60, alive=lambda: proc.poll() is None)
-        workers = child_pids(proc.pid)
-        assert len(workers) == 1
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
-    assert wait_until(lambda: not any(map(process_alive, workers)), timeout=30, interval=0.05)
+    command, env = crawl_command(config)
+    workers = kill_under_way(command, env, server, hits + 60)
+    assert len(workers) == 1
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     _cls, settings = load_settings(config)

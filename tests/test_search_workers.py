@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from crawling import wait_until
-from support.processes import child_pids, process_alive
+from crawling import crawl_command, kill_under_way, wait_until
+from support.processes import process_alive
 from support.sites import GeneratedSite, page_path
 from support.terminal import TerminalSession
 
@@ -448,18 +448,9 @@ def test_a_killed_crawl_leaves_no_worker_behind_and_resumes_to_the_same_index(
     assert SearchManager(settings).run()
     hits = len(server.hits)
     config = crawler.settings_file([HOST], server.resolve, manager=MANAGER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
-    command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        # Bounds, not measures: the crawl is under way and its workers are up.
-        assert server.wait_for_hits(hits + 300, timeout=60, alive=lambda: proc.poll() is None)
-        workers = child_pids(proc.pid)
-        assert len(workers) >= 2
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
-    assert wait_until(lambda: not any(map(process_alive, workers)), timeout=30, interval=0.05)
+    command, env = crawl_command(config)
+    workers = kill_under_way(command, env, server, hits + 300)
+    assert len(workers) >= 2
     resumed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert _stored(config)["docs"] == _stored(reference)["docs"]
