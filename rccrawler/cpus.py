@@ -232,8 +232,7 @@ class ThreadCores:
 
     def __init__(self, crawl: CrawlCores) -> None:
         self.crawl = crawl
-        self.all = crawl.all
-        self._now = self.all
+        self._now = crawl.all
 
     def keep(self) -> None:
         """Run on the crawl's core from now on."""
@@ -242,7 +241,7 @@ class ThreadCores:
     def place_parse(self, body_bytes: int) -> None:
         """Where to parse a body of ``body_bytes``: any core for a large one, else here."""
         try:
-            self._move(self.all if body_bytes >= LARGE_PARSE_BYTES else self.crawl.one)
+            self._move(self.crawl.all if body_bytes >= LARGE_PARSE_BYTES else self.crawl.one)
         except OSError as exc:  # a CPU taken away meanwhile: the thread parses where it is
             logger.debug("CPUs not changed for a parse: %s", exc)
 

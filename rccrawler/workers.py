@@ -562,18 +562,15 @@ class LargePageParser:
             if worker is None or self._busy or not worker.ready():
                 return None
             self._busy = True
+        parsed: ParsedPage | None = None
         try:
-            parsed: ParsedPage = worker.call(
-                functools.partial(parse_html, **options), body, url, content_type
-            )
+            parsed = worker.call(functools.partial(parse_html, **options), body, url, content_type)
         except WorkerError as exc:  # failed there (or gone): parsed here, as before
             logger.debug("%s: parsed in the thread (%s)", url, exc)
-            return None
         finally:
             with self._lock:
                 self._busy = False
-        with self._lock:
-            self.parsed += 1
+                self.parsed += int(parsed is not None)
         return parsed
 
     def close(self) -> None:
