@@ -509,7 +509,7 @@ class LargePageParser:
 
     It costs a process: 15 to 28 MB more at the peak of a crawl of the SQLAlchemy or
     Python docs, for 0.87 and 0.92 of the time, and 9 MB idle on a site of small pages
-    (README, "A worker for large pages"). So it is off unless asked for.
+    (docs/performance.md, "A worker for large pages"). So it is off unless asked for.
 
     Args:
         enabled: False starts no worker and parses nothing.
