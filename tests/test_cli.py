@@ -250,7 +250,7 @@ def test_help_and_readme_document_the_exit_codes():
     proc = subprocess.run(command("crawl", "--help"), capture_output=True, text=True,
                           timeout=RUN_TIMEOUT)  # fmt: skip
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    for code in ("0", "1", "2", "130"):
+    for code in ("0", "1", "2", "130", "141"):
         assert re.search(rf"^  {code}\s+\S", proc.stdout, re.M), proc.stdout
         assert re.search(rf"^\| {code} \| ", readme, re.M)
 
@@ -360,6 +360,38 @@ def test_words_limit_and_serve_on_a_busy_port(serve, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         f"rccrawler serve: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+def into_closed_pipe(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A command whose standard output is a pipe its reader has closed already, as
+    ``rccrawler ... | head -1`` is once head has its line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(command(*args), stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=RUN_TIMEOUT, cwd=cwd)  # fmt: skip
+    finally:
+        os.close(write_end)
+
+
+def test_a_reader_gone_drops_the_output_with_141_and_the_crawl_keeps_its_work(serve, tmp_path):
+    search_crawl(serve, tmp_path)
+    before = {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()}
+    for args in (["words", "--config", "settings.yaml"], ["search", "--config", "settings.yaml",
+                 "robots"], ["status", "--config", "settings.yaml"]):  # fmt: skip
+        proc = into_closed_pipe(*args, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr) == (141, ""), args
+    # A crawl prints once it has saved its state and written its files.
+    crawl = into_closed_pipe("--config", "settings.yaml", "--fresh", "--no-tui", cwd=tmp_path)
+    assert crawl.returncode == 141
+    assert "Traceback" not in crawl.stderr and "BrokenPipe" not in crawl.stderr, crawl.stderr
+    after = {path.name: path.read_bytes() for path in (tmp_path / "out").iterdir()}
+    assert after.keys() == before.keys()
+    assert after["a.test.arcs.csv"] == before["a.test.arcs.csv"]
+    status = cli("status", "--config", "settings.yaml", "--json", cwd=tmp_path)
+    assert status.returncode == 0
+    (site,) = json.loads(status.stdout)["sites"]
+    assert (site["done"], site["stop_reason"]) == (2, "no waiting links left")
 
 
 # -- 7. export -----------------------------------------------------------------------

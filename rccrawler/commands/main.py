@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import os
+import select
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rccrawler.commands import EXIT_CODES, EXIT_USAGE
+from rccrawler.commands import EXIT_CODES, EXIT_OUTPUT_GONE, EXIT_USAGE
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.ui.safetext import TerminalSafeFormatter, TerminalSafeLogRecord
 
@@ -144,6 +146,40 @@ def task_of_command(args: Sequence[str]) -> tuple[type[ApplicationManager], Sett
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (see :data:`rccrawler.commands.EXIT_CODES`).
+
+    When the reader of standard output goes away (``rccrawler words ... | head``), the
+    rest of the output is dropped without a traceback and the code is 141: a crawl has
+    saved its state and written its files by the time it prints.
+    """
+    try:
+        try:
+            code = _command(argv)
+        except SystemExit:  # argparse's --help, --version and usage errors print first
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a reader gone is found here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise  # another pipe or socket: not the reader of the output
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # what stdout still buffers goes nowhere
+        os.close(devnull)
+        return EXIT_OUTPUT_GONE
+
+
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll says POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)  # errors are reported whatever is asked
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor
+        return False
+
+
+def _command(argv: Sequence[str] | None) -> int:
     args_list = with_default_command(sys.argv[1:] if argv is None else argv)
     try:
         task = task_of_command(args_list)
