@@ -13,9 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
-
-import jinja2
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from plugins.webgraph.analysis import site_analysis
 from rccrawler.policy import media_type
@@ -28,6 +26,9 @@ from rccrawler.unloaders import (
     shared_result,
     site_pages,
 )
+
+if TYPE_CHECKING:
+    import jinja2
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,10 @@ def format_value(value: float, unit: str = "") -> str:
 
 
 def _environment() -> jinja2.Environment:
+    """Jinja2 is imported here, when a report is written: the commands that only read a
+    crawl (status, search, words) load every task's module, and never render."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("plugins.webgraph", "templates"),
         autoescape=True,
