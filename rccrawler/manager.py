@@ -26,7 +26,6 @@ from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
 from rccrawler.unloaders import ReportUnloader, ResultUnloader, release_shared
-from rccrawler.web.fetch import Fetcher
 from rccrawler.web.traps import QueryVariantLimit
 from rccrawler.web.urls import host_of, normalize_url, request_url
 
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 
     from rccrawler.context import StatusSink
     from rccrawler.threads.base import CrawlerThread
+    from rccrawler.web.fetch import Fetcher
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,6 +173,10 @@ class ApplicationManager:
             enabled=settings.crawl.cookies,
             save_interval=self.cookie_save_interval,
         )
+        # The HTTP layer (urllib3, ssl, http.client) is loaded by a crawl, not by the
+        # commands that only read one (status, search, words) and load this module.
+        from rccrawler.web.fetch import Fetcher
+
         fetcher = Fetcher(settings.crawl, self.cookies.jar, on_cookies_changed=self.cookies.changed)
         self.cookies.jar_lock = fetcher.cookie_lock
         self.context = self.create_context(self.create_data_manager(), fetcher)

@@ -12,7 +12,6 @@ import tempfile
 import threading
 import time
 import warnings
-from http.cookiejar import LWPCookieJar
 from typing import IO, TYPE_CHECKING
 
 from rccrawler.exceptions import StateError
@@ -122,6 +121,8 @@ class SavedCookies:
     """
 
     def __init__(self, state_dir: Path, *, enabled: bool, save_interval: float) -> None:
+        from http.cookiejar import LWPCookieJar  # with urllib.request: a crawl's alone
+
         self.path = state_dir / COOKIE_FILE
         self.jar = LWPCookieJar(str(self.path))
         self.enabled = enabled

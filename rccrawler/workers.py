@@ -35,7 +35,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TypeVar
 
 from rccrawler.cpus import LARGE_PARSE_BYTES, use_the_crawl_process_cpus
@@ -43,6 +42,7 @@ from rccrawler.web.html import parse_html
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from multiprocessing.connection import Connection
 
     from rccrawler.config import Settings
     from rccrawler.web.html import ParsedPage
@@ -75,6 +75,15 @@ its time in its send, until the thread read the answer before."""
 
 class WorkerError(Exception):
     """A worker could not do the work (not up, gone, or the work raised there)."""
+
+
+@functools.cache
+def _connection_type() -> type[Connection]:
+    """multiprocessing's Connection, loaded with the first worker: a crawl without one,
+    and the commands that only read a crawl, never need it."""
+    from multiprocessing.connection import Connection
+
+    return Connection
 
 
 def _unreadable(what: str) -> NoReturn:
@@ -160,7 +169,7 @@ def _forked_worker(fd: int, worker: Worker) -> NoReturn:
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)  # the crawl's handlers would stop it
-        serve(Connection(fd), worker.settings, type(worker).setup, worker.idle_imports)
+        serve(_connection_type()(fd), worker.settings, type(worker).setup, worker.idle_imports)
     except BaseException:  # nothing of the crawl's may run here: say why, and end
         with contextlib.suppress(Exception):
             import traceback
@@ -200,7 +209,7 @@ class _ForkedProcess:
 def main(fd: int) -> None:
     """The worker process (``python -c`` of :data:`_BOOT`): its end of the socket pair
     is ``fd``, and the settings, setup and idle imports are the first thing it reads."""
-    connection = Connection(fd)
+    connection = _connection_type()(fd)
     try:
         settings, setup, idle_imports = connection.recv()
     except (EOFError, OSError):
@@ -279,6 +288,7 @@ class Worker:
             child.close()
 
     def _fork(self, parent: socket.socket, child: socket.socket) -> Connection:
+        connection_type = _connection_type()  # loaded before the fork, for both processes
         if not all(map(sys.modules.__contains__, self.idle_imports)):
             # Imported once here rather than in every worker, and as a worker would: a
             # crawl's process needs no BLAS threads either (nor a fork their locks).
@@ -291,7 +301,7 @@ class Worker:
             parent.close()
             _forked_worker(child.detach(), self)
         self._process = _ForkedProcess(pid)
-        return Connection(parent.detach())
+        return connection_type(parent.detach())
 
     def _spawn(self, parent: socket.socket, child: socket.socket) -> Connection:
         command = _BOOT.format(path=sys.path, fd=child.fileno())
@@ -301,7 +311,7 @@ class Worker:
             pass_fds=[child.fileno()],
             env={**os.environ, **WORKER_ENVIRONMENT},
         )
-        connection = Connection(parent.detach())
+        connection = _connection_type()(parent.detach())
         connection.send((self.settings, type(self).setup, self.idle_imports))
         return connection
 

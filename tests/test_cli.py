@@ -394,6 +394,25 @@ def test_a_reader_gone_drops_the_output_with_141_and_the_crawl_keeps_its_work(se
     assert (site["done"], site["stop_reason"]) == (2, "no waiting links left")
 
 
+CRAWL_ONLY_MODULES = ("urllib3", "http.cookiejar", "jinja2", "xml.sax.saxutils",
+                      "multiprocessing.connection")  # fmt: skip
+"""What a crawl loads and a command that only reads one does not (its start-up time)."""
+
+
+def test_the_commands_that_read_a_crawl_load_no_http_layer_nor_templates(serve, tmp_path):
+    search_crawl(serve, tmp_path)
+    for args in (["status"], ["search", "robots"], ["words", "rob"]):
+        argv = [args[0], "--config", "settings.yaml", *args[1:]]
+        code = ("import sys; from rccrawler.commands.main import main; "
+                f"code = main({argv!r}); "
+                f"print(*sorted(set(sys.modules) & {set(CRAWL_ONLY_MODULES)!r}), file=sys.stderr); "
+                "sys.exit(code)")  # fmt: skip
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT, cwd=tmp_path)  # fmt: skip
+        assert proc.returncode == 0 and proc.stdout, (args, proc.stderr)
+        assert proc.stderr.strip() == "", (args, proc.stderr)
+
+
 # -- 7. export -----------------------------------------------------------------------
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from typing import TYPE_CHECKING, ClassVar
-from xml.sax.saxutils import escape, quoteattr
 
 from plugins.webgraph.analysis import site_analysis
 from rccrawler.records import PageData, PageState
@@ -91,6 +90,10 @@ class GraphMLUnloader(ResultUnloader):
         return self.unload_per_site(self.unload_site)
 
     def unload_site(self, host: HostData) -> list[Path]:
+        # Here, not with the module: xml.sax.saxutils loads urllib.request, http.client
+        # and ssl, which the commands that only read a crawl would load for nothing.
+        from xml.sax.saxutils import escape, quoteattr
+
         path = self.output_dir / f"{host_file_stem(host.host)}.graphml"
         analysis = site_analysis(self.context, host.host)
         with atomic_write(path) as handle:
