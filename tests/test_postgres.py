@@ -199,7 +199,9 @@ def test_a_killed_worker_s_pages_are_taken_over_at_once(serve, pg_crawler):
 
 def test_stop_resume_identity_and_fresh(serve, pg_crawler):
     server = serve({"a.test": generated_site("a.test", 300, fanout=5)})
-    path = pg_crawler.settings_file(["a.test"], server.resolve)
+    # A crawl delay keeps the crawl going for at least 300 x 15 ms whatever the load, so
+    # the stop comes while it runs (without one, a loaded machine let it finish first).
+    path = pg_crawler.settings_file(["a.test"], server.resolve, crawl={"crawl_delay_ms": 15})
     (worker,) = start_workers(path, 1)
     server.wait_for_hits(60, timeout=20, alive=lambda: worker.poll() is None)
     worker.send_signal(signal.SIGTERM)
