@@ -33,14 +33,12 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import common  # noqa: F401  (puts tests/ on sys.path for support.*)
 import yaml
-from support.loopback import Resource, serve_sites
-from support.sites import generated_site
+from support.loopback import serve_sites
+from support.sites import SlowSite
 
 from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
@@ -48,23 +46,6 @@ from rccrawler.manager import load_settings
 PG_URL = "postgresql://127.0.0.1:5432/test"
 MAX_DOWNLOADS = 4
 THREADS = 8
-
-
-class Slow(Mapping[str, Resource]):
-    """A generated site whose every answer takes ``latency`` seconds."""
-
-    def __init__(self, host: str, pages: int, latency: float) -> None:
-        self.site = generated_site(host, pages, fanout=6)
-        self.latency = latency
-
-    def __getitem__(self, path: str) -> Resource:
-        return replace(self.site[path], delay=self.latency)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.site)
-
-    def __len__(self) -> int:
-        return len(self.site)
 
 
 def workers_cpu() -> float:
@@ -115,7 +96,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     hosts = [f"h{n}.test" for n in range(args.hosts)]
-    sites = {host: Slow(host, args.pages, args.latency) for host in hosts}
+    sites = {host: SlowSite(host, args.pages, args.latency) for host in hosts}
     total = args.hosts * args.pages
     times: dict[int, list[float]] = {n: [] for n in args.workers}
     phases: dict[int, list[float]] = {n: [] for n in args.workers}

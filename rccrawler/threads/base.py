@@ -41,7 +41,6 @@ class CrawlerThread(threading.Thread):
         self.settings = context.settings
         self.stopping = context.stopping
         self.error: BaseException | None = None
-        self._robots: dict[str, RobotsRules] = {}
         self.robots_token = product_token(self.settings.crawl.user_agent)
         """The crawler's name in robots rules: its User-Agent's product token."""
         self._scopes: dict[str, ScopeRules] = {}
@@ -71,12 +70,14 @@ class CrawlerThread(threading.Thread):
             self.close()
 
     def robots_for(self, host: str) -> RobotsRules:
-        """The host's robots rules, parsed once per thread.
+        """The host's robots rules, parsed once for all threads (``CrawlContext.robots_rules``;
+        two threads that race both parse, and either copy is right).
 
         A page is leased only after its host's robots.txt was stored, and it is
         stored once a crawl, so the first answer holds for the whole run.
         """
-        rules = self._robots.get(host)
+        shared = self.context.robots_rules
+        rules = shared.get(host)
         if rules is None:
             if not self.settings.crawl.obey_robots:
                 rules = RobotsRules.allow_all()
@@ -84,7 +85,7 @@ class CrawlerThread(threading.Thread):
                 data = self.data.host(host)
                 text = data.robots_text if data is not None else ""
                 rules = RobotsRules.parse(text, self.settings.crawl.user_agent)
-            self._robots[host] = rules
+            shared[host] = rules
         return rules
 
     def scope_for(self, host: str) -> ScopeRules:

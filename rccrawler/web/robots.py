@@ -53,7 +53,6 @@ MAX_ROBOTS_BYTES = 500 * 1024
 """RFC 9309 §2.5: crawlers must parse at least 500 KiB; we parse exactly that much."""
 
 _URL_CACHE_SIZE = 4_096
-_DECISION_CACHE_SIZE = 4_096
 
 # Directive names, lower-cased. Besides the RFC names we accept the misspellings that
 # Google's parser accepts: obeying a typo is the polite reading of a site's intent.
@@ -324,7 +323,7 @@ class RobotsRules:
     Immutable, and thread-safe to call: crawler threads share one instance per host.
     """
 
-    __slots__ = ("_crawl_delay", "_decide", "_disallows_everything", "_rules", "_sitemaps")
+    __slots__ = ("_crawl_delay", "_disallows_everything", "_rules", "_sitemaps")
 
     def __init__(
         self,
@@ -339,8 +338,6 @@ class RobotsRules:
         self._crawl_delay = crawl_delay
         self._sitemaps = sitemaps
         self._disallows_everything = disallows_everything
-        # Per instance: a decision is only valid for this host's rules.
-        self._decide = lru_cache(maxsize=_DECISION_CACHE_SIZE)(self._decide_uncached)
 
     @classmethod
     def parse(cls, text: str, user_agent: str) -> RobotsRules:
@@ -401,10 +398,15 @@ class RobotsRules:
 
     def allowed(self, url: str) -> bool:
         """Whether the URL (absolute, or a path+query) may be fetched. '/robots.txt' is always
-        allowed."""
-        return self._decide(_request_path(url))
+        allowed.
 
-    def _decide_uncached(self, path: str) -> bool:
+        Not cached per URL: each page is downloaded once, and the parsing threads keep
+        their link decisions in one bounded memo (``CrawlContext.link_decisions``). A
+        cache here grew by a URL per page done (issue 43); the rules are prefix tests.
+        """
+        if not self._rules:
+            return True
+        path = _request_path(url)
         if path.partition("?")[0] == "/robots.txt":  # RFC 9309 §2.2.2: implicitly allowed
             return True
         for rule in self._rules:

@@ -7,12 +7,13 @@ of these sites can be asserted page by page and benchmarks compare like with lik
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from html import escape
 
 from rccrawler.demo.site import NOUNS, anchor, html_page, paragraph, seeded
 from support.loopback import Resource
 
-__all__ = ["GeneratedSite", "generated_site", "page_level", "page_path"]
+__all__ = ["GeneratedSite", "SlowSite", "generated_site", "page_level", "page_path"]
 
 # -- generated sites -----------------------------------------------------------------
 
@@ -118,3 +119,21 @@ class GeneratedSite(Mapping[str, Resource]):
 
 generated_site = GeneratedSite
 """A deterministic site of ``pages`` HTML pages reachable breadth-first from ``/``."""
+
+
+class SlowSite(Mapping[str, Resource]):
+    """A :func:`generated_site` whose every answer takes ``latency`` seconds, like a
+    server across the world: the benchmarks' shape of the real web."""
+
+    def __init__(self, host: str, pages: int, latency: float, *, fanout: int = 6) -> None:
+        self.site = generated_site(host, pages, fanout=fanout)
+        self.latency = latency
+
+    def __getitem__(self, path: str) -> Resource:
+        return replace(self.site[path], delay=self.latency)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.site)
+
+    def __len__(self) -> int:
+        return len(self.site)
