@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,25 +141,29 @@ def run_crawl(config: Path, args: argparse.Namespace, traces: Path) -> tuple[lis
 
     watcher = threading.Thread(target=watch_peak, daemon=True)
     watcher.start()
-    for line in proc.stderr:
-        at = line.find(PROGRESS)
-        if at < 0:
-            if " WARNING " in line or " ERROR " in line or "Traceback" in line:
-                print(line.rstrip(), file=sys.stderr)
-            continue
-        pages = int(line[at + len(PROGRESS) :].split()[0])
-        sample = Sample(time.monotonic() - started, pages, status_kb(proc.pid, "RssAnon") / 1024)
-        samples.append(sample)
-        for name, share in list(wanted.items()):
-            if args.tracemalloc and pages >= share * args.hosts * args.pages:
-                (traces / f"{name}.wanted").touch()
-                del wanted[name]
-        if len(samples) % args.show_every == 1:
-            print(f"  {sample.seconds:6.0f} s {sample.pages:8d} pages {sample.rss_anon_mb:6.1f} MB",
-                  file=sys.stderr, flush=True)  # fmt: skip
-    proc.wait()
-    done.set()
-    watcher.join()
+    try:
+        for line in proc.stderr:
+            at = line.find(PROGRESS)
+            if at < 0:
+                if " WARNING " in line or " ERROR " in line or "Traceback" in line:
+                    print(line.rstrip(), file=sys.stderr)
+                continue
+            pages = int(line[at + len(PROGRESS) :].split()[0])
+            rss_mb = status_kb(proc.pid, "RssAnon") / 1024
+            samples.append(Sample(time.monotonic() - started, pages, rss_mb))
+            for name, share in list(wanted.items()):
+                if args.tracemalloc and pages >= share * args.hosts * args.pages:
+                    (traces / f"{name}.wanted").touch()
+                    del wanted[name]
+            if len(samples) % args.show_every == 1:
+                print(f"  {samples[-1].seconds:6.0f} s {pages:8d} pages {rss_mb:6.1f} MB",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    finally:
+        if proc.poll() is None:  # interrupted: the crawl stops (and saves) before its state goes
+            proc.terminate()
+        proc.wait()
+        done.set()
+        watcher.join()
     if proc.returncode != 0:
         sys.exit(f"soak: the crawl exited {proc.returncode}")
     return samples, peak[0]
@@ -201,6 +206,8 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=1,
                         help="frames of a traceback under tracemalloc (more: slower)")  # fmt: skip
     args = parser.parse_args()
+    # SIGTERM ends the soak as Ctrl-C does: the crawl stops, its PostgreSQL schema is dropped.
+    signal.signal(signal.SIGTERM, lambda _signal, _frame: sys.exit("soak: terminated"))
     hosts = [f"s{n}.test" for n in range(args.hosts)]
     sites = {host: SlowSite(host, args.pages, args.latency) for host in hosts}
     load_before = os.getloadavg()[0]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from rccrawler.config import Settings
     from rccrawler.data.sql import SQLDataManager
+    from rccrawler.policy import ScopeRules
     from rccrawler.records import CrawlStats, FoundLink, SkippedLink
     from rccrawler.web.fetch import Fetcher
     from rccrawler.web.robots import RobotsRules
@@ -95,8 +96,10 @@ class CrawlContext:
     """Shared by the parsing threads: what was decided for a (site, link) pair, as sites
     repeat their navigation links on every page."""
     robots_rules: dict[str, RobotsRules] = field(default_factory=dict)
-    """Each site's robots rules, parsed once for all threads (a site's cost, like its
-    HostData; per thread, 200 threads kept 200 copies of every site's)."""
+    """Each site's robots rules, parsed once for all threads: a site's cost, like its
+    HostData (per thread, 200 threads kept 200 copies of every site's)."""
+    scope_rules: dict[str, ScopeRules] = field(default_factory=dict)
+    """Each site's include/exclude rules, compiled once for all threads (the same)."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set to stop: downloaders take no new page, the crawl winds down."""
     parsing_stopping: threading.Event = field(default_factory=threading.Event)

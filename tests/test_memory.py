@@ -47,3 +47,4 @@ def test_robots_rules_are_one_per_site_whatever_the_threads(
     assert sum(site["pages_done"] for site in result.report["sites"].values()) == 4 * 40
     assert live_robots_rules() - before <= len(hosts)
     assert sorted(result.manager.context.robots_rules) == hosts
+    assert sorted(result.manager.context.scope_rules) == hosts  # the same for scope rules

@@ -43,7 +43,6 @@ class CrawlerThread(threading.Thread):
         self.error: BaseException | None = None
         self.robots_token = product_token(self.settings.crawl.user_agent)
         """The crawler's name in robots rules: its User-Agent's product token."""
-        self._scopes: dict[str, ScopeRules] = {}
         self.cores: ThreadCores | None = None
         """The CPUs this thread runs on, when ``threads.one_core`` keeps it on the crawl's
         core (see :class:`rccrawler.cpus.CrawlCores`)."""
@@ -90,9 +89,9 @@ class CrawlerThread(threading.Thread):
 
     def scope_for(self, host: str) -> ScopeRules:
         """The site's include/exclude rules (its own ``sites:`` overrides, else ``crawl:``)."""
-        scope = self._scopes.get(host)
+        scope = self.context.scope_rules.get(host)
         if scope is None:
-            scope = self._scopes[host] = self.settings.crawl_for(host).scope
+            scope = self.context.scope_rules[host] = self.settings.crawl_for(host).scope
         return scope
 
     def step(self) -> bool:
