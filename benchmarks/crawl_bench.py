@@ -212,7 +212,7 @@ def tool_versions() -> dict[str, str]:
 
 
 def machine() -> str:
-    """One line for the README: CPU, cores, memory, OS."""
+    """One line for docs/performance.md: CPU, cores, memory, OS."""
     cpu = "?"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):

@@ -5,7 +5,7 @@ read, SQLite step and lock. Between two threads on one core a handover is a swit
 between cores it is a wake-up of the other core, which on a virtual machine may first
 have to be scheduled, and the GIL's and the data's cache lines move with it. On a
 fast server (loopback) with small pages that made a crawl of the PostgreSQL docs take
-1.2 to 1.35 times as long on two cores as on one (paired runs; README, "Performance").
+1.2 to 1.35 times as long on two cores as on one (paired runs; docs/performance.md).
 
 What one core would give up is work done outside the GIL in parallel, chiefly
 lexbor's parse of a large page: a parsing thread leaves the core for the parse of a

@@ -324,8 +324,8 @@ def site_counts(
     run_log: RunLog,
     taken_at: float,
 ) -> dict[str, Any]:
-    """One site's figures in report.json; each is defined once, in the README's "What it
-    writes", and ``status --json`` and the files agree with it. ``taken_at`` is when the
+    """One site's figures in report.json; each is defined once, in docs/output.md, and
+    ``status --json`` and the files agree with it. ``taken_at`` is when the
     statistics ``host`` comes from were taken (the end of a site still crawling)."""
     skipped: Counter[str] = Counter(
         reason for _url, reason, _on in site_skipped(context, host.host)

@@ -246,13 +246,13 @@ def test_a_failing_unloader_exits_1_and_the_others_still_write(serve, tmp_path):
     assert (tmp_path / "out" / "report.json").exists()
 
 
-def test_help_and_readme_document_the_exit_codes():
+def test_help_and_docs_document_the_exit_codes():
     proc = subprocess.run(command("crawl", "--help"), capture_output=True, text=True,
                           timeout=RUN_TIMEOUT)  # fmt: skip
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    docs = (Path(__file__).parent.parent / "docs" / "commands.md").read_text()
     for code in ("0", "1", "2", "130", "141"):
         assert re.search(rf"^  {code}\s+\S", proc.stdout, re.M), proc.stdout
-        assert re.search(rf"^\| {code} \| ", readme, re.M)
+        assert re.search(rf"^\| {code} \| ", docs, re.M)
 
 
 # -- 5. umask ----------------------------------------------------------------------

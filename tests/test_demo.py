@@ -138,3 +138,33 @@ def test_the_demo_server_sends_an_answer_without_waiting_for_the_clients_ack():
         client.close()
         assert done.wait(10)
     assert nodelay == [1]
+
+
+def test_demo_serve_serves_the_sample_site_until_stopped_and_names_a_port_in_use(tmp_path):
+    """``rccrawler demo --serve`` (the docs' sample site): it prints its address once it
+    listens, answers as the demo's server does, and ends with 0 on SIGTERM; a second one
+    on the same port exits 2 naming it."""
+    command = [sys.executable, "-m", "rccrawler", "demo", "--serve", "--port", "0"]
+    with subprocess.Popen(command, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            found = re.search(
+                r"on 127\.0\.0\.1:(\d+) \(demo\.test, blog\.demo\.test, other\.test\)", line
+            )
+            assert found, line
+            port = int(found.group(1))
+            client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            client.request("GET", "/", headers={"Host": DEMO_HOST})
+            answer = client.getresponse()
+            assert answer.status == 200 and answer.read() == demo_sites()[DEMO_HOST]["/"].body
+            client.close()
+            taken = subprocess.run([*command[:-1], str(port)], capture_output=True, text=True,
+                                   timeout=120, cwd=tmp_path)  # fmt: skip
+            assert taken.returncode == 2 and f"127.0.0.1:{port} is in use" in taken.stderr
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert list(tmp_path.iterdir()) == []  # it serves; it writes nothing

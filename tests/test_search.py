@@ -284,6 +284,20 @@ def test_cli_search_and_words(indexed, tmp_path):
     assert proc.returncode == 2 and "has no command 'search'" in proc.stderr
 
 
+def test_export_of_a_search_crawl_writes_its_files_and_leaves_the_index_alone(indexed):
+    """``export`` opens the state read-only: the lists the crawl derived stay as they are."""
+    state = indexed.state_dir / STATE_FILE
+    before = state.read_bytes() if indexed.storage == "sqlite" else None
+    nodes = indexed.output_dir / f"{HOST}.nodes.csv"
+    nodes.unlink()
+    proc = _cli("export", "--config", str(indexed.source))
+    assert proc.returncode == 0, proc.stderr
+    assert "exported the finished crawl" in proc.stdout and nodes.exists()
+    if before is not None:
+        assert state.read_bytes() == before
+    assert paths(indexed, "apple")
+
+
 # -- the web page (more in test_search_web.py) ------------------------------------
 
 

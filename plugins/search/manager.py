@@ -96,7 +96,9 @@ class SearchManager(WebGraphManager):
     def unload(self) -> list[str]:
         """Derive the term-keyed posting lists from the pages' rows now that the crawl is
         over (in parts, in the index workers), and write the files as a web-graph crawl
-        does."""
+        does. ``rccrawler export`` reads the state only: it writes the files alone."""
+        if self.data.read_only:
+            return super().unload()
         workers = self.workers
         if not workers.size:
             build_lists(self.data)

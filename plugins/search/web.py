@@ -3,7 +3,7 @@
 Pages: ``/`` (query box, ranked hits with highlighted snippets, paging, "search
 within these results" with a breadcrumb) and ``GET /api/search?q=…&page=…&within=…``
 (the same as JSON). The app is a plain WSGI callable, so gunicorn or any WSGI server
-can mount it too (see :func:`create_app` and the README).
+can mount it too (see :func:`create_app` and docs/search.md).
 """
 
 from __future__ import annotations

@@ -83,6 +83,11 @@ def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser
     demo = command("demo", "crawl a bundled sample site on loopback and print the report")
     demo.add_argument("--output", metavar="DIR", help="where to write (default output/demo)")
     demo.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
+    demo.add_argument("--serve", action="store_true",
+                      help="only serve the sample site on 127.0.0.1, until Ctrl-C, to crawl it "
+                      "yourself (config/sample.yaml does)")  # fmt: skip
+    demo.add_argument("--port", type=int,
+                      help="where --serve listens (default 8765; 0: any free port)")  # fmt: skip
     for name, task_command in task_commands.items():
         task_parser = command(name, task_command.help, config)
         if task_command.arguments is not None:
@@ -208,8 +213,10 @@ def _command(argv: Sequence[str] | None) -> int:
             manager_cls, settings = task
             return manager_cls.commands[args.command].run(manager_cls, settings, args)
         if args.command == "demo":
-            from rccrawler.demo import run_demo
+            from rccrawler.demo import run_demo, serve_sample_site
 
+            if args.serve:
+                return serve_sample_site() if args.port is None else serve_sample_site(args.port)
             output = Path(args.output) if args.output else Path("output/demo")
             return run_demo(output, tui=False if args.no_tui else None)
         if args.command == "stop":

@@ -24,7 +24,7 @@ def status_command(config: str, *, as_json: bool) -> int:
         running = data.live_workers() > 0 if is_shared(settings) else (
             state_in_use(settings.state_dir))  # fmt: skip
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
-    # The figures of report.json under the same names (README, "What it writes").
+    # The figures of report.json under the same names (docs/output.md).
     rows = [
         {
             "host": h.host, "done": h.done, "waiting": h.waiting,

@@ -85,6 +85,10 @@ class DataManager(ABC):
     thread can break it.
     """
 
+    read_only: bool = False
+    """Opened only to read (``status``, ``export``, ``search``, beside a running crawl or
+    after it): a task's unloader derives nothing into it then, and writes only files."""
+
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
         """Create or check the storage. No-op by default."""

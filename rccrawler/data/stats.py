@@ -1,4 +1,4 @@
-"""Crawl statistics from running counts: the one definition of each number (README).
+"""Crawl statistics from running counts: the one definition of each number (docs/output.md).
 
 Each backend counts pages by state its own way (SQLite in memory, PostgreSQL in a
 ``counts`` table); both turn their counts into the frozen snapshot here.
@@ -26,7 +26,7 @@ class StateCounts:
 
 
 def host_stats(host: HostData, counts: StateCounts, parsing: int = 0) -> HostStats:
-    """A site's HostStats from its counts: the one definition of each number (README)."""
+    """A site's HostStats from its counts: the one definition of each number (docs/output.md)."""
     by_state = counts.by_state
     return HostStats(
         host=host.host,

@@ -1,14 +1,17 @@
 """`rccrawler demo`: serve the bundled sample site on loopback, crawl and index it, print the
-report and a sample search."""
+report and a sample search; or, with ``--serve``, only serve it, for crawls of one's own."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 from rccrawler.config import settings_from_mapping
-from rccrawler.demo.server import serve_demo
+from rccrawler.demo.server import DemoServer, serve_demo
 from rccrawler.demo.site import DEMO_HOST, demo_facts, demo_sites
 
 logger = logging.getLogger(__name__)
@@ -16,6 +19,9 @@ logger = logging.getLogger(__name__)
 DEMO_MANAGER = "plugins.search.SearchManager"
 DEMO_QUERY = "parser OR robots*"
 """The sample search printed after the crawl (the task is named by dotted path, SPEC §2)."""
+SAMPLE_SITE_PORT = 8765
+"""Where ``rccrawler demo --serve`` listens by default: config/sample.yaml routes the sample
+site's host names to 127.0.0.1 on this port."""
 
 
 def demo_settings(output_dir: Path, resolve: dict[str, str]) -> dict[str, Any]:
@@ -89,3 +95,39 @@ def run_demo(output_dir: Path, *, tui: bool | None = None) -> int:
             for rank, hit in enumerate(hits, 1):
                 print(f"  {rank}. {hit['title']} ({hit['url']})")
     return code
+
+
+def serve_sample_site(port: int = SAMPLE_SITE_PORT) -> int:
+    """Serve the sample site on 127.0.0.1:``port`` until Ctrl-C or SIGTERM; the exit code.
+
+    The first line printed names the address (the real port when ``port`` is 0), so a
+    script can wait for it before it crawls.
+    """
+    try:
+        server = DemoServer(demo_sites(), port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        print(f"rccrawler demo: 127.0.0.1:{port} is in use; give another port with --port",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    hosts = ", ".join(server.sites)
+    print(f"serving the sample site on 127.0.0.1:{server.server_port} ({hosts}) until Ctrl-C",
+          flush=True)  # fmt: skip
+    if server.server_port == SAMPLE_SITE_PORT:
+        print("crawl it with: rccrawler --config config/sample.yaml", flush=True)
+    else:
+        print(f"crawl.resolve routes its names here: {server.resolve}", flush=True)
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        server.serve_forever(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+    return 0

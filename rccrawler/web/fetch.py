@@ -51,7 +51,7 @@ header_parse.install()  # every response's header block, without the email packa
 
 ERROR_KINDS = ("connection_refused", "dns", "tls", "timeout", "connection", "proxy",
                "decode", "bad_url", "bad_redirect", "http_NNN", "http")  # fmt: skip
-"""The error names a page can end with, as README's "Error kinds" lists them (a test
+"""The error names a page can end with, as docs/output.md, "Error kinds", lists them (a test
 holds the two together); stable. ``http_NNN`` stands for ``http_404`` and the like."""
 
 
@@ -230,13 +230,13 @@ def request_deadline(timeout_s: float) -> float:
     """Seconds one whole request (connect, headers, body) may take: ``2 × timeout_s``.
 
     ``timeout_s`` bounds each wait (connecting, and each read), which a server that
-    drips one byte at a time never trips; this bounds their sum (README, crawl.timeout_s).
+    drips one byte at a time never trips; this bounds their sum (docs/settings.md, crawl.timeout_s).
     """
     return 2.0 * timeout_s
 
 
 def transport_error(exc: Exception) -> FetchError:
-    """The FetchError kind of a transport exception (README "Error kinds").
+    """The FetchError kind of a transport exception (docs/output.md, "Error kinds").
 
     Order matters: urllib3's NameResolutionError is a NewConnectionError, which is
     a ConnectTimeoutError, so the most specific classes are tested first.
