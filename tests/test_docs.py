@@ -32,10 +32,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
@@ -50,8 +52,8 @@ from support.docs import (
     links,
     pages,
 )
-from support.sites import generated_site
-from webserver import Resource
+from support.sites import generated_site, page_path
+from webserver import Request, Resource
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -249,7 +251,9 @@ def rccrawler(command: str, cwd: Path, *extra: str) -> subprocess.CompletedProce
 def test_the_crawl_commands_run_as_written(serve, tmp_path):
     """Each command of docs/commands.md's "A quick crawl" and "A crawl with a settings
     file", in a folder holding the shipped config/example.yaml with its sites routed to
-    the loopback server (the one change)."""
+    the loopback server (and no delay). One page of the second crawl is held until the
+    crawl has seen its stop, so it runs while status, export and --fresh look at it,
+    however slow the machine."""
     page = DOCS / "commands.md"
     commands = [*shown_commands(page, "A quick crawl"),
                 *shown_commands(page, "A crawl with a settings file")]  # fmt: skip
@@ -263,7 +267,18 @@ def test_the_crawl_commands_run_as_written(serve, tmp_path):
         f".venv/bin/rccrawler --config {config} --fresh",
     ]
     quick, crawl, status, export, stop, fresh = commands
-    server = serve({"docs.example.org": generated_site("docs.example.org", 200)})
+    site = dict(generated_site("docs.example.org", 200))
+    armed, reached, gate = threading.Event(), threading.Event(), threading.Event()
+    held = site[page_path(20)]
+
+    def held_until_the_gate_opens(_request: Request) -> Resource:
+        if armed.is_set():
+            reached.set()
+            gate.wait(600)
+        return held
+
+    site[page_path(20)] = held_until_the_gate_opens
+    server = serve({"docs.example.org": site})
 
     # The quick crawl: defaults, no settings file, its own folder.
     resolve = json.dumps(server.resolve)
@@ -275,26 +290,35 @@ def test_the_crawl_commands_run_as_written(serve, tmp_path):
 
     settings = yaml.safe_load((ROOT / config).read_text())
     settings["sites"] = ["docs.example.org"]
-    settings["crawl"].update(resolve=server.resolve, crawl_delay_ms=50)
+    # No delay; a held request waits as long as the test needs (2 x timeout_s at most).
+    settings["crawl"].update(resolve=server.resolve, crawl_delay_ms=0, timeout_s=300)
     (tmp_path / "config").mkdir()
     (tmp_path / config).write_text(yaml.safe_dump(settings))
     output = tmp_path / "output" / "example"
 
-    args = [sys.executable, "-m", "rccrawler", *shlex.split(crawl)[1:], "-q"]
+    armed.set()
+    args = [sys.executable, "-m", "rccrawler", *shlex.split(crawl)[1:], "--no-tui"]
     with subprocess.Popen(args, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as running:  # fmt: skip
-        # 200 requests of the quick crawl, then 30 of this one.
-        assert server.wait_for_hits(
-            230, "docs.example.org", timeout=120, alive=lambda: running.poll() is None
-        )
-        shown = rccrawler(status, tmp_path)
-        assert shown.returncode == 0 and "docs.example.org" in shown.stdout
-        assert "running" in shown.stdout
-        exported = rccrawler(export, tmp_path)
-        assert exported.returncode == 0 and (output / "docs.example.org.nodes.csv").exists()
-        refused = rccrawler(fresh, tmp_path)
-        assert refused.returncode == 2 and "in use" in refused.stderr
-        assert rccrawler(stop, tmp_path).returncode == 0
+        try:
+            # Page 20 is in flight: the crawl cannot end until the gate opens.
+            deadline = time.monotonic() + 120
+            while not reached.wait(0.1) and running.poll() is None:
+                assert time.monotonic() < deadline, "the crawl never asked for page 20"
+            assert reached.is_set(), running.communicate()
+            shown = rccrawler(status, tmp_path)
+            assert shown.returncode == 0 and "docs.example.org" in shown.stdout
+            assert "running" in shown.stdout
+            exported = rccrawler(export, tmp_path)
+            assert exported.returncode == 0 and (output / "docs.example.org.nodes.csv").exists()
+            refused = rccrawler(fresh, tmp_path)
+            assert refused.returncode == 2 and "in use" in refused.stderr
+            assert rccrawler(stop, tmp_path).returncode == 0
+            assert running.stderr is not None
+            seen = read_until(running.stderr, "stop requested (rccrawler stop)", timeout=120)
+            assert "stop requested" in seen, f"the crawl never saw its stop:\n{seen}"
+        finally:
+            gate.set()  # the held page is answered: the crawl stops once it is stored
         out, _err = running.communicate(timeout=120)
     assert running.returncode == 0
     assert "stopped: run the same command to resume" in out
@@ -322,6 +346,20 @@ def test_the_crawl_commands_run_as_written(serve, tmp_path):
     )
     assert shown_line and bad.returncode == 2
     assert bad.stderr.strip() == shown_line.group(1)
+
+
+def read_until(stream: IO[str], text: str, timeout: float) -> str:
+    """Read ``stream`` until ``text`` comes, it ends or ``timeout`` seconds pass; what
+    was read. (Its file descriptor, not its buffer: select() sees only the former.)"""
+    deadline = time.monotonic() + timeout
+    read = b""
+    while text.encode() not in read and (left := deadline - time.monotonic()) > 0:
+        if select.select([stream], [], [], min(left, 1.0))[0]:
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                break
+            read += chunk
+    return read.decode(errors="replace")
 
 
 def test_the_error_kinds_the_docs_list_are_the_ones_the_crawler_names():
