@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -248,6 +251,27 @@ _TOP_KEYS = {
 _THREADS_KEYS = ("downloading", "parsing", "one_core", "parse_worker")
 
 
+def unknown_key(key: str, known: Sequence[str], elsewhere: Sequence[str] = ()) -> ConfigError:
+    """The error of a key its section does not know, with the closest known one.
+
+    Args:
+        key: the dotted key as written (``crawl.crawl_delay``).
+        known: the keys of its section (``crawl_delay_ms``...).
+        elsewhere: dotted keys of other sections, suggested when the name is one of
+            theirs (``crawl_delay_ms`` written at the top level: ``crawl.crawl_delay_ms``).
+    """
+    prefix, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return ConfigError(key, f"unknown key; did you mean {prefix + '.' if prefix else ''}"
+                                f"{close[0]}?")  # fmt: skip
+    by_name = {other.rpartition(".")[2]: other for other in elsewhere}
+    close = difflib.get_close_matches(name, list(by_name), n=1)
+    if close:
+        return ConfigError(key, f"unknown key; did you mean {by_name[close[0]]}?")
+    return ConfigError(key, "unknown key (known: " + ", ".join(known) + ")")
+
+
 def _check_type(key: str, value: object, types: tuple[type, ...], what: str) -> None:
     # bool is an int in Python; a number key must not accept `true`.
     if isinstance(value, bool) and bool not in types:
@@ -276,7 +300,7 @@ def _crawl_settings(raw: object, prefix: str = "crawl") -> CrawlSettings:
     for key, value in raw.items():
         dotted = f"{prefix}.{key}"
         if key not in _CRAWL_KEYS:
-            raise ConfigError(dotted, "unknown key (allowed: " + ", ".join(_CRAWL_KEYS) + ")")
+            raise unknown_key(dotted, list(_CRAWL_KEYS))
         types, what = _CRAWL_KEYS[key]
         _check_type(dotted, value, types, what)
         values["from_" if key == "from" else key] = value
@@ -427,7 +451,7 @@ def _sites(
         if isinstance(site, dict):
             for extra in site:
                 if extra not in ("url", "crawl"):
-                    raise ConfigError(f"{key}.{extra}", "unknown key (allowed: url, crawl)")
+                    raise unknown_key(f"{key}.{extra}", ["url", "crawl"])
             own = site.get("crawl")
             site = site.get("url")
             if site is None:
@@ -488,17 +512,16 @@ def settings_from_mapping(
         if not isinstance(key, str):
             raise ConfigError(str(key), "keys must be strings")
         if key not in _TOP_KEYS and key not in allowed_sections:
-            allowed = sorted(_TOP_KEYS | allowed_sections)
-            raise ConfigError(key, "unknown key (allowed: " + ", ".join(allowed) + ")")
+            elsewhere = [f"crawl.{name}" for name in _CRAWL_KEYS]
+            elsewhere += [f"threads.{name}" for name in _THREADS_KEYS]
+            raise unknown_key(key, sorted(_TOP_KEYS | allowed_sections), elsewhere)
     stem = source.stem if source else "default"
     threads = raw.get("threads") or {}
     if not isinstance(threads, dict):
         raise ConfigError("threads", "must be a mapping like {downloading: 8, parsing: 2}")
     for key, value in threads.items():
         if key not in _THREADS_KEYS:
-            raise ConfigError(
-                f"threads.{key}", "unknown key (allowed: " + ", ".join(_THREADS_KEYS) + ")"
-            )
+            raise unknown_key(f"threads.{key}", _THREADS_KEYS)
         if key in ("one_core", "parse_worker"):
             _check_type(f"threads.{key}", value, (bool,), "true or false")
             continue
@@ -585,18 +608,19 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
 
 
 def check_writable_dirs(settings: Settings) -> None:
-    """Fail before a crawl starts when ``output_dir`` or ``state_dir`` cannot be written.
+    """Create ``state_dir`` and ``output_dir``, and write and remove a file in each, before
+    a crawl's first request: a folder the crawl cannot write is found now, not when the
+    crawl ends (a root process "may write" /proc, where nothing can be created).
 
-    Nothing is created here: a folder that exists must be a writable folder, and one
-    that does not must have a writable folder as its nearest existing parent (so the
-    crawl can create it). Reading commands (status, search) do not call this.
+    A path in the way (a file, a broken link) is named first, before anything is created;
+    when a folder fails, the folders created here are removed again. Reading commands
+    (status, search) do not call this.
 
     Raises:
         ConfigError: naming the key.
     """
-    for key, path in (("state_dir", settings.state_dir), ("output_dir", settings.output_dir)):
-        if key == "state_dir" and settings.storage != "sqlite" and not path.exists():
-            continue  # only a name for the shared schema (SPEC §9) until a lock is taken
+    folders = (("state_dir", settings.state_dir), ("output_dir", settings.output_dir))
+    for key, path in folders:
         target = path.absolute()
         while not target.exists() and target != target.parent:
             if target.is_symlink():  # a dangling link
@@ -605,5 +629,203 @@ def check_writable_dirs(settings: Settings) -> None:
         if not target.is_dir():
             where = "" if target == path.absolute() else f" (in the way: {target})"
             raise ConfigError(key, f"{path} is not a directory{where}")
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise ConfigError(key, f"{target} is not writable")
+    created: list[Path] = []
+    try:
+        for key, path in folders:
+            _probe_folder(key, path, created)
+    except ConfigError:
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def _probe_folder(key: str, path: Path, created: list[Path]) -> None:
+    """Create ``path`` (noting in ``created`` each folder made), write a file there and
+    remove it."""
+    missing = []
+    target = path.absolute()
+    while not target.exists() and target != target.parent:
+        missing.append(target)
+        target = target.parent
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+        handle, probe = tempfile.mkstemp(prefix=".rccrawler-probe-", dir=path)
+        try:
+            os.write(handle, b"rccrawler\n")
+        finally:
+            os.close(handle)
+            os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(key, f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A settings mapping with ``-s KEY=VALUE`` applied (VALUE is YAML, KEY dotted:
+    ``crawl.crawl_delay_ms=0``), as a copy: the file's settings, changed for one run.
+
+    Raises:
+        ConfigError: an override that is not KEY=VALUE, or not YAML, or whose path
+            goes through a key that is not a section.
+    """
+    result = _copy_sections(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("-s", f"{item!r} is not KEY=VALUE")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(key, f"{text!r} is not a YAML value") from exc
+        target = result
+        *parents, last = key.split(".")
+        for part in parents:
+            found = target.setdefault(part, {})
+            if not isinstance(found, dict):
+                raise ConfigError(key, f"{part} is not a section")
+            target = found
+        target[last] = value
+    return result
+
+
+def _copy_sections(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a mapping whose nested mappings are copies too (lists are shared)."""
+    return {key: _copy_sections(value) if isinstance(value, Mapping) else value
+            for key, value in raw.items()}  # fmt: skip
+
+
+def _plain(value: object) -> object:
+    """A settings value as YAML and JSON write it: tuples as lists, paths as text."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def crawl_mapping(crawl: CrawlSettings) -> dict[str, Any]:
+    """Every key of a ``crawl:`` section, as settings.yaml spells it."""
+    return {("from" if f.name == "from_" else f.name): _plain(getattr(crawl, f.name))
+            for f in fields(CrawlSettings)}  # fmt: skip
+
+
+def settings_mapping(settings: Settings) -> dict[str, Any]:
+    """The settings as a settings.yaml mapping with every key written out (defaults too,
+    ``sites_file`` as its sites, paths absolute): :func:`settings_from_mapping` reads it
+    back to the same settings. A crawl keeps the one of its last run in its state, to
+    compare a resumed run with (``rccrawler.state.RunSettings``)."""
+    from rccrawler.web.urls import host_of
+
+    crawl = crawl_mapping(settings.crawl)
+    sites: list[object] = []
+    for url in settings.sites:
+        own = settings.site_crawl.get(host_of(url))
+        if own is None:
+            sites.append(url)
+            continue
+        mine = crawl_mapping(own)
+        sites.append({"url": url, "crawl": {key: mine[key] for key in SITE_KEYS
+                                            if mine[key] != crawl[key]}})  # fmt: skip
+    return {
+        "sites": sites,
+        "manager": settings.manager,
+        "name": settings.name,
+        "storage": settings.storage,
+        "state_dir": str(settings.state_dir.absolute()),
+        "output_dir": str(settings.output_dir.absolute()),
+        "threads": {
+            "downloading": settings.downloading_threads,
+            "parsing": settings.parsing_threads,
+            "one_core": settings.one_core,
+            "parse_worker": settings.parse_worker,
+        },
+        "parser": settings.parser,
+        "downloading_thread": settings.downloading_thread,
+        "parsing_thread": settings.parsing_thread,
+        "routine_thread": settings.routine_thread,
+        "finisher": settings.finisher,
+        "unloaders": _plain(settings.unloaders),
+        "crawl": crawl,
+        **{name: _plain(section) for name, section in settings.sections.items()},
+    }
+
+
+def storage_without_password(storage: str) -> str:
+    """A ``storage:`` URL without its password (what may be written down or shown)."""
+    parts = urlsplit(storage)
+    if parts.password is None:
+        return storage
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+
+
+NOT_COMPARED = ("state_dir",)
+"""Keys a resumed run is not compared on: the state was found there, so it is the same."""
+
+
+def flat_settings(mapping: Mapping[str, Any]) -> dict[str, object]:
+    """A settings mapping as dotted keys (``crawl.crawl_delay_ms``), the sites as one key
+    (their start URLs) and a site's own crawl keys as ``sites[URL].max_depth``."""
+    flat: dict[str, object] = {}
+    for key, value in mapping.items():
+        if key in NOT_COMPARED:
+            continue
+        if key == "sites":
+            entries = value if isinstance(value, list) else [value]
+            # A set of sites: the same ones in another order are the same crawl.
+            flat["sites"] = sorted(e["url"] if isinstance(e, Mapping) else e for e in entries)
+            for entry in entries:
+                if isinstance(entry, Mapping):
+                    for name, own in (entry.get("crawl") or {}).items():
+                        flat[f"sites[{entry['url']}].{name}"] = own
+        elif key == "storage" and isinstance(value, str):
+            flat[key] = storage_without_password(value)
+        elif isinstance(value, Mapping):
+            for name, item in value.items():
+                flat[f"{key}.{name}"] = item
+        else:
+            flat[key] = value
+    return flat
+
+
+def settings_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[tuple[str, object, object]]:
+    """(dotted key, old value, new value) of every key two settings mappings (of
+    :func:`settings_mapping`) disagree on, in the order of the new one."""
+    before, after = flat_settings(old), flat_settings(new)
+    missing = object()
+    keys = list(after) + [key for key in before if key not in after]
+    return [
+        (key, before.get(key), after.get(key))
+        for key in keys
+        if before.get(key, missing) != after.get(key, missing)
+    ]
+
+
+def describe_change(key: str, old: object, new: object) -> str:
+    """One change as the resume line says it: ``crawl_delay_ms 1000 → 0`` (a crawl key
+    without its ``crawl.``), ``sites +http://b.test/``."""
+    if key == "sites" and isinstance(old, list) and isinstance(new, list):
+        added = [f"+{url}" for url in new if url not in old]
+        removed = [f"-{url}" for url in old if url not in new]
+        listed = added + removed
+        shown = " ".join(listed[:3]) + (f" (+{len(listed) - 3} more)" if len(listed) > 3 else "")
+        return f"sites {shown}"
+    return f"{key.removeprefix('crawl.')} {_shown(old)} → {_shown(new)}"
+
+
+def _shown(value: object, width: int = 40) -> str:
+    """A settings value in a line: YAML's spelling (null, true), cut at ``width``."""
+    if value is None or isinstance(value, (bool, list, dict)):
+        import json
+
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rccrawler.policy import BLOCKED_BY_ROBOTS
+from rccrawler.policy import BLOCKED_BY_ROBOTS, error_cause
 
 if TYPE_CHECKING:
     from rccrawler.context import CrawlContext
@@ -33,7 +33,24 @@ class ApplicationFinisher:
             return None
         if stats.budget_hit:
             return f"max_pages reached ({self.settings.crawl.max_pages})"
+        if not self.answered(stats) and stats.errors_by_kind:
+            # Every request failed: the cause, not "no waiting links left" (SPEC §3).
+            return f"nothing fetched ({self.causes(stats)})"
         return "no waiting links left"
+
+    @staticmethod
+    def answered(stats: HostStats) -> bool:
+        """Whether some request of the site got an HTTP answer (a 404 is an answer)."""
+        answered = any(kind.startswith("http_") for kind, _n in stats.errors_by_kind)
+        return bool(stats.done or stats.duplicates or stats.bytes or answered)
+
+    @staticmethod
+    def causes(stats: HostStats) -> str:
+        """The site's error kinds as a failure line says them (``dns``, ``connection
+        refused``, ``HTTP 503``...), the most frequent first, with their counts."""
+        kinds = sorted(stats.errors_by_kind, key=lambda item: (-item[1], item[0]))
+        return ", ".join(f"{error_cause(kind)} ×{n}" if n > 1 else error_cause(kind)
+                         for kind, n in kinds)  # fmt: skip
 
     def crawl_finished(self, stats: CrawlStats) -> bool:
         """True when every site has a stop reason."""
@@ -48,15 +65,14 @@ class ApplicationFinisher:
         error kinds say why. A site whose pages all answered 404 did answer: its pages
         are errors, and the crawl's outcome is still a success.
         """
-        answered = any(kind.startswith("http_") for kind, _n in stats.errors_by_kind)
-        if stats.done or stats.duplicates or stats.bytes or answered:
+        if self.answered(stats):
             return None
-        if self.site_stop_reason(stats) is None:
+        reason = self.site_stop_reason(stats)
+        if reason is None:
             return None  # still going: it may fetch something yet
-        if stats.stop_reason.startswith(BLOCKED_BY_ROBOTS):
-            return stats.stop_reason
-        kinds = ", ".join(f"{kind} {n}" for kind, n in stats.errors_by_kind)
-        return kinds or stats.stop_reason or "nothing fetched"
+        if reason.startswith(BLOCKED_BY_ROBOTS) or not stats.errors_by_kind:
+            return reason
+        return self.causes(stats)
 
     def failed_sites(self, stats: CrawlStats) -> dict[str, str]:
         """The sites that failed entirely, with why (see :meth:`site_failure`)."""

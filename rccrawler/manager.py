@@ -10,30 +10,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, overload
 
-from rccrawler.config import Settings, read_settings_file, settings_from_mapping
+from rccrawler.config import (
+    Settings,
+    apply_overrides,
+    describe_change,
+    read_settings_file,
+    settings_changes,
+    settings_from_mapping,
+    settings_mapping,
+    storage_without_password,
+)
 from rccrawler.context import CrawlContext
 from rccrawler.data.runlog import RunLog
 from rccrawler.data.sql import SQLDataManager
-from rccrawler.data.sqlite import SQLiteDataManager
-from rccrawler.data.storage import create_storage, discard_storage, is_shared
+from rccrawler.data.sqlite import STATE_FILE, SQLiteDataManager
+from rccrawler.data.storage import create_storage, discard_storage, is_shared, state_exists
 from rccrawler.data.tables import TaskTable
-from rccrawler.exceptions import ConfigError
+from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
-from rccrawler.records import HostData
-from rccrawler.state import STOP_FILE, SavedCookies, StateLock, discard_state_files
+from rccrawler.records import HostData, RobotsState
+from rccrawler.state import STOP_FILE, RunSettings, SavedCookies, StateLock, discard_state_files
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
 from rccrawler.unloaders import ReportUnloader, ResultUnloader, release_shared
+from rccrawler.web.robots import RobotsRules
 from rccrawler.web.traps import QueryVariantLimit
 from rccrawler.web.urls import host_of, normalize_url, request_url
 
 if TYPE_CHECKING:
     import argparse
     import threading
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
+    from rccrawler.config import CrawlSettings
     from rccrawler.context import StatusSink
     from rccrawler.threads.base import CrawlerThread
     from rccrawler.web.fetch import Fetcher
@@ -42,19 +53,37 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def load_settings(path: str | Path) -> tuple[type[ApplicationManager], Settings]:
+def load_settings(
+    path: str | Path, overrides: Sequence[str] = ()
+) -> tuple[type[ApplicationManager], Settings]:
     """Read and validate settings.yaml, resolving every dotted path (SPEC §2).
+
+    Args:
+        path: the settings file.
+        overrides: ``-s KEY=VALUE`` items that change it for one run.
 
     Raises:
         ConfigError: naming the key, before anything is written.
     """
     path = Path(path)
-    raw = read_settings_file(path)
+    raw = apply_overrides(read_settings_file(path), overrides)
     importable_beside(path)
+    return settings_of_mapping(raw, source=path)
+
+
+def settings_of_mapping(
+    raw: dict[str, Any], *, source: Path | None = None
+) -> tuple[type[ApplicationManager], Settings]:
+    """The task and validated settings of a settings mapping (a file's, a quick crawl's,
+    or the one a state saved of its last run).
+
+    Raises:
+        ConfigError: naming the key, before anything is written.
+    """
     manager_path = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
     manager_cls = load_class("manager", manager_path, ApplicationManager)
     settings = settings_from_mapping(
-        raw, source=path, allowed_sections=frozenset(manager_cls.settings_sections)
+        raw, source=source, allowed_sections=frozenset(manager_cls.settings_sections)
     )
     manager_cls.check_settings(settings)
     return manager_cls, settings
@@ -105,6 +134,18 @@ class _InContext(Generic[T]):
         setattr(manager.context, self.name, value)
 
 
+def robots_delay(host: HostData, crawl: CrawlSettings) -> float:
+    """The Crawl-delay (seconds) of a site's stored robots.txt for this run's user agent,
+    capped at ``crawl.max_crawl_delay_ms``; 0 when it has none (or none is stored)."""
+    if host.robots_state is not RobotsState.READY or not host.robots_text:
+        return 0.0
+    rules = RobotsRules.from_response(
+        host.robots_status, host.robots_text.encode("utf-8"), crawl.user_agent
+    )
+    delay = rules.crawl_delay
+    return min(delay, crawl.max_crawl_delay_ms / 1000.0) if delay else 0.0
+
+
 TICK_S = 0.02
 """How often the manager asks the finisher whether sites or the crawl ended, at least."""
 
@@ -137,6 +178,13 @@ class ApplicationManager:
     """The subcommands this task adds to the command line (``search``, ``serve``...)."""
     cookie_save_interval: ClassVar[float] = 1.0
     """Seconds at least between two saves of the cookie jar during a crawl."""
+    identity_keys: ClassVar[tuple[str, ...]] = (
+        "manager", "storage", "name", "crawl.add_trailing_slash", "crawl.ip_to_domain",
+    )  # fmt: skip
+    """Settings (dotted keys) that define the crawl: what it is, where it is kept, what
+    makes two URLs one page. A resumed run that changes one is refused (SPEC §3); every
+    other key takes effect for the work that waits. A task adds its own (the search
+    task: how its index is built)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -147,6 +195,13 @@ class ApplicationManager:
         self.unload_failures: list[str] = []
         """Output that could not be written, one line each (set by unload())."""
         self.threads: list[CrawlerThread] = []
+        self.resume_note = ""
+        """``resuming: N done, M waiting; changed: …`` once a saved crawl is opened
+        (the command line prints it); empty for a new crawl."""
+        self.changes: list[tuple[str, object, object]] = []
+        """(dotted key, last run's value, this run's) of the settings a resumed run changed."""
+        self._settings_known = True
+        self._opened = False
         self._started = 0.0
         self._ended = 0.0
         self.downloading_thread_cls = self._resolve(
@@ -162,11 +217,7 @@ class ApplicationManager:
         self.finisher_cls = self._resolve(
             "finisher", settings.finisher, ApplicationFinisher, type(self).finisher_cls
         )
-        if settings.unloaders is not None:
-            self.unloader_classes = tuple(
-                load_class(f"unloaders[{i}]", path, ResultUnloader)
-                for i, path in enumerate(settings.unloaders)
-            )
+        self.unloader_classes = self.unloaders_for(settings)
         self.state_lock = StateLock(settings.state_dir)
         self.cookies = SavedCookies(
             settings.state_dir,
@@ -182,6 +233,14 @@ class ApplicationManager:
         self.context = self.create_context(self.create_data_manager(), fetcher)
         """What the threads, the finisher and the unloaders see of this crawl."""
         self.finisher = self.finisher_cls(self.context)
+
+    @classmethod
+    def unloaders_for(cls, settings: Settings) -> tuple[type[ResultUnloader], ...]:
+        """The unloaders of a crawl: ``unloaders:`` of its settings, else the task's."""
+        if settings.unloaders is None:
+            return cls.unloader_classes
+        return tuple(load_class(f"unloaders[{i}]", path, ResultUnloader)
+                     for i, path in enumerate(settings.unloaders))  # fmt: skip
 
     @staticmethod
     def _resolve(key: str, path: str | None, base: type[Any], default: type[Any]) -> type[Any]:
@@ -251,8 +310,12 @@ class ApplicationManager:
     # -- state -------------------------------------------------------------
     @staticmethod
     def discard_state(settings: Settings) -> None:
-        """Remove a saved crawl (``--fresh``): its storage and the files beside it."""
+        """Remove a saved crawl (``--fresh``, ``drop``): its storage and the files beside
+        it, and the SQLite file of its state_dir when it has moved to shared storage."""
         discard_storage(settings)
+        if is_shared(settings):
+            for path in SQLiteDataManager.files(settings.state_dir):
+                path.unlink(missing_ok=True)
         discard_state_files(settings.state_dir)
 
     def lock_state(self) -> None:
@@ -270,9 +333,16 @@ class ApplicationManager:
         self.state_lock.release()
 
     def open(self) -> None:
-        """Lock and open the state, check it belongs to this crawl, queue the sites."""
+        """Lock and open the state, check it belongs to this crawl, queue the sites.
+
+        A saved crawl takes this run's settings (SPEC §3): its sites' politeness, and the
+        links its last run's limits held back when ``max_pages`` or ``max_depth`` grew;
+        a run that changes a key of :attr:`identity_keys` is refused (StateError) with
+        the state as it was. :attr:`resume_note` says what was found and what changed.
+        """
         self.lock_state()
         try:
+            resuming = self.check_resume()
             self.stop_file.unlink(missing_ok=True)
             self.data.open()
             self.data.check_identity(dotted_path(type(self)))
@@ -280,23 +350,126 @@ class ApplicationManager:
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)
             self.add_sites()
+            if resuming and self.limits_grew():
+                self.admit_held()
             self.cookies.load()
+            self.run_settings().save(self.state_dir)
+            if resuming:
+                self.resume_note = self.describe_resume()
         except BaseException:
             self.data.close()
             self.unlock_state()
             raise
+        self._opened = True
+
+    def run_settings(self) -> RunSettings:
+        """This run's settings as the state keeps them: every key, the task by its
+        class's dotted path, the storage without its password."""
+        mapping = settings_mapping(self.settings)
+        mapping["manager"] = dotted_path(type(self))
+        mapping["storage"] = storage_without_password(self.settings.storage)
+        source = self.settings.source
+        return RunSettings(mapping, source.absolute() if source is not None else None)
+
+    def check_resume(self) -> bool:
+        """Whether this run resumes a saved crawl; compares its settings with the last
+        run's (:attr:`changes`).
+
+        Raises:
+            StateError: a key of :attr:`identity_keys` changed (the state is untouched).
+        """
+        settings = self.settings
+        saved = RunSettings.read(settings.state_dir)
+        self._settings_known = saved is not None
+        resuming = state_exists(settings)
+        old_sqlite = (settings.state_dir / STATE_FILE).exists()
+        if saved is None:
+            if is_shared(settings) and old_sqlite and not resuming:
+                # Saved by an older version: the crawl was kept in SQLite in this state_dir.
+                raise self.refusal("storage", "sqlite", self.run_settings().mapping["storage"])
+            return resuming
+        changes = settings_changes(saved.mapping, self.run_settings().mapping)
+        moved = any(key == "storage" for key, _old, _new in changes) and (
+            saved.mapping.get("storage") != "sqlite" or old_sqlite
+        )
+        if resuming or moved:
+            for key in self.identity_keys:
+                for changed, old, new in changes:
+                    if changed == key:
+                        raise self.refusal(key, old, new)
+        if resuming:
+            self.changes = changes
+        return resuming
+
+    def refusal(self, key: str, old: object, new: object) -> StateError:
+        """The one line that refuses a resumed run changing ``key`` of :attr:`identity_keys`.
+
+        A shared crawl may have other workers: the way out is then its own settings or
+        another name, never ``--fresh`` (which would drop their crawl); a crawl that moved
+        storage starts over in the new one with ``--fresh``, the old one left as it is.
+        """
+        settings = self.settings
+        saved_in = str(old) if key == "storage" else storage_without_password(settings.storage)
+        if saved_in != "sqlite":
+            where = f"{settings.crawl_name!r} in {saved_in}"
+        else:
+            where = f"in {settings.state_dir}"
+        if saved_in != "sqlite" and key != "storage":
+            hint = ("use the settings of the crawl that is there, or give this one another "
+                    "name (other workers may be running it)")  # fmt: skip
+        else:
+            hint = "use --fresh to start over"
+        was = f"belongs to manager {old!r}" if key == "manager" else f"was run with {key} {old!r}"
+        return StateError(
+            f"{key}: the saved crawl {where} {was}, this run has {new!r}; {key} defines the "
+            f"crawl and cannot change when it resumes: {hint}"
+        )
+
+    def limits_grew(self) -> bool:
+        """Whether ``max_pages`` or a ``max_depth`` may admit links the last run held back
+        (also when the last run's settings are not known)."""
+        return not self._settings_known or any(
+            key == "crawl.max_pages" or key.endswith(".max_depth")
+            for key, _old, _new in self.changes
+        )
+
+    def admit_held(self) -> None:
+        """Queue the links each site's last run held back that this run's limits admit."""
+        for host in self.data.hosts():
+            crawl = self.settings.crawl_for(host.host)
+            added = self.data.admit_held(host.host, crawl.max_depth)
+            if added:
+                logger.info("%s: %d links held back by the last run's limits queued",
+                            host.host, added)  # fmt: skip
+
+    def describe_resume(self) -> str:
+        """``resuming: N done, M waiting; changed: crawl_delay_ms 1000 → 0`` (SPEC §3)."""
+        stats = self.data.statistics()
+        done, waiting = sum(h.done for h in stats.hosts), sum(h.active for h in stats.hosts)
+        line = f"resuming: {done} done, {waiting} waiting"
+        if not self._settings_known:
+            return f"{line}; the last run's settings were not saved (this run's are)"
+        if not self.changes:
+            return f"{line}; no setting changed"
+        return f"{line}; changed: " + ", ".join(describe_change(*c) for c in self.changes)
 
     def add_sites(self) -> None:
+        """Queue each site's start page; a site known from the last run takes this run's
+        politeness (its robots.txt Crawl-delay, read again, still wins when larger)."""
         for site in self.settings.sites:
-            crawl = self.settings.crawl_for(host_of(site))
+            name = host_of(site)
+            crawl = self.settings.crawl_for(name)
             normalized = normalize_url(site, crawl.normalize_options)
             if normalized is None:
                 raise ConfigError("sites", f"{site!r} is not an http(s) URL")
+            delay = crawl.crawl_delay_ms / 1000.0
+            known = self.data.host(name)
             host = HostData(
-                host=host_of(site),
+                host=name,
                 scheme=site.split(":", 1)[0],
                 base=site,
-                crawl_delay=crawl.crawl_delay_ms / 1000.0,
+                crawl_delay=delay,
+                min_crawl_delay=max(delay, robots_delay(known, crawl)) if known else delay,
                 max_downloads_at_time=crawl.max_downloads_at_time,
             )
             if self.data.add_site(host, request_url(site), normalized):
@@ -336,7 +509,8 @@ class ApplicationManager:
         Returns:
             True when the crawl finished, False when it was stopped (resumable).
         """
-        self.open()
+        if not self._opened:  # the command line opens it first, to print resume_note
+            self.open()
         self._started = time.monotonic()
         run_log = RunLog(self.state_dir)
         run_log.begin()
@@ -364,8 +538,15 @@ class ApplicationManager:
             return self.finished
         finally:
             run_log.end()
-            self.close_workers()
-            self.fetcher.close()
+            self.close()
+
+    def close(self) -> None:
+        """Release what :meth:`open` (and :meth:`prepare`) took: the workers, the
+        connections, the storage, the stop request and the state lock. Idempotent."""
+        self.close_workers()
+        self.fetcher.close()
+        if self._opened:
+            self._opened = False
             self.data.close()
             self.stop_file.unlink(missing_ok=True)
             self.unlock_state()

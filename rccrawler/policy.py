@@ -102,10 +102,28 @@ def throttled_delay(host: HostData, latency: float, *, ok: bool) -> float:
     return delay
 
 
-def robots_stop_reason(status: int | None) -> str:
-    """Why a site whose robots.txt forbids everything (5xx or unreachable) is not crawled."""
+def error_cause(kind: str) -> str:
+    """An error kind (``dns``, ``connection_refused``, ``http_503``...) as a failure line
+    and a stop reason say it: ``dns``, ``connection refused``, ``HTTP 503``."""
+    code = kind.removeprefix("http_")
+    if code != kind and code.isdigit():
+        return f"HTTP {code}"
+    return kind.replace("_", " ")
+
+
+def robots_stop_reason(status: int | None, error: str = "") -> str:
+    """Why a site whose robots.txt forbids everything (5xx or unreachable) is not crawled,
+    with the cause: ``robots.txt unavailable (HTTP 503)``, ``robots.txt unreachable
+    (dns)``.
+
+    Args:
+        status: the answer's status; None when no answer came.
+        error: the request's error kind when no answer came (``dns``, ``timeout``...).
+    """
     if status is not None:
-        return f"{BLOCKED_BY_ROBOTS} unavailable (HTTP {status})"
+        return f"{BLOCKED_BY_ROBOTS} unavailable ({error_cause(f'http_{status}')})"
+    if error:
+        return f"{BLOCKED_BY_ROBOTS} unreachable ({error_cause(error)})"
     return f"{BLOCKED_BY_ROBOTS} unreachable"
 
 
@@ -306,7 +324,8 @@ class LinkAdmission:
     """Ids of pages the links point to that exist already (arcs)."""
     later_arcs: list[str] = field(default_factory=list)
     """Normalized urls of the not-queued links held back by their ``skip_if_new``
-    (depth, nofollow): arcs once another path makes them pages, whatever the order."""
+    (depth, nofollow) or by the budget: arcs once another path (or a resumed run with a
+    larger ``max_depth`` or ``max_pages``) makes them pages, whatever the order."""
     budget_hit: bool = False
 
 
@@ -340,6 +359,7 @@ def admit_links(
             admission.later_arcs.append(norm)
         elif limits.max_pages and admitted + len(admission.new) >= limits.max_pages:
             admission.not_queued.append((norm, SkipReason.BUDGET.value))
+            admission.later_arcs.append(norm)
             budget_hit = True
         else:
             admission.new.append(link)

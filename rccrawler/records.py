@@ -53,6 +53,9 @@ class SkipReason(StrEnum):
     """Longer than ``crawl.max_url_length``."""
     TOO_MANY_QUERIES = "too_many_queries"
     """One more query string of a path that already has ``crawl.max_query_variants``."""
+    WAITING = "waiting"
+    """Queued but not fetched: the crawl was stopped (or its finisher ended it) before it
+    came to the page; a resumed run fetches it."""
     NOFOLLOW = "nofollow"
     """Found only on pages that say ``nofollow`` (or ``none``) in a ``<meta name="robots">``
     tag or an ``X-Robots-Tag`` header, with ``crawl.obey_robots``: such a page's links are
@@ -242,6 +245,18 @@ class HostStats:
     def active(self) -> int:
         """Pages not finished yet (queued or being worked on)."""
         return self.waiting + self.running + self.downloaded
+
+    @property
+    def requests(self) -> int:
+        """Requests in flight to the site (never more than its ``max_downloads_at_time``):
+        the ``running`` column of the live view and of ``status``."""
+        return self.running - self.parsing
+
+    @property
+    def to_parse(self) -> int:
+        """Pages downloaded and waiting for a parser, or being parsed: the ``parsing``
+        column of the live view and of ``status``."""
+        return self.downloaded + self.parsing
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,24 +6,32 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import tempfile
 import threading
 import time
 import warnings
-from typing import IO, TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
 
 from rccrawler.exceptions import StateError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = "lock"
 STOP_FILE = "stop.request"
 COOKIE_FILE = "cookies.txt"
+ACTIVITY_FILE = "activity.json"
+"""What a running crawl is doing, per site, as its own memory knows it (requests in
+flight, pages waiting for a parser): ``status`` reads it beside the storage, whose rows
+cannot tell a request in flight from a page leased for later."""
+SETTINGS_FILE = "last-settings.json"
+"""The settings of the crawl's last run (every key, as :func:`rccrawler.config.
+settings_mapping` writes them, no password): what a resumed run is compared with, and
+what ``--state DIR`` reads to find the crawl."""
 COOKIE_TMP_SUFFIX = ".tmp"
 """A save writes ``cookies.txt.<random>.tmp`` first: each its own, so workers sharing a
 state directory never rename one another's half-written file."""
@@ -46,11 +54,85 @@ def state_in_use(state_dir: Path) -> bool:
 def discard_state_files(state_dir: Path) -> None:
     """Remove the files this module keeps (``--fresh``, with the state lock held); the
     lock file stays, it is held. ``cookies.txt.tmp`` is what older versions wrote."""
-    for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE):
+    for name in (COOKIE_FILE, f"{COOKIE_FILE}.tmp", STOP_FILE, SETTINGS_FILE, ACTIVITY_FILE):
         (state_dir / name).unlink(missing_ok=True)
     # A killed save's file, by mkstemp's shape (8 random characters): nothing else.
-    for leftover in state_dir.glob(f"{COOKIE_FILE}.{'?' * 8}{COOKIE_TMP_SUFFIX}"):
-        leftover.unlink(missing_ok=True)
+    leftovers = (f"{COOKIE_FILE}.{'?' * 8}{COOKIE_TMP_SUFFIX}", f".{SETTINGS_FILE}.{'?' * 8}",
+                 f".{ACTIVITY_FILE}.{'?' * 8}")  # fmt: skip
+    for pattern in leftovers:
+        for leftover in state_dir.glob(pattern):
+            leftover.unlink(missing_ok=True)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write a small file of the state whole: a temporary file beside it, then a rename
+    (a reader never sees half of it)."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_activity(state_dir: Path, activity: dict[str, tuple[int, int]]) -> None:
+    """Save what the crawl is doing now: host -> (requests in flight, pages to parse), the
+    sites with neither left out (see :data:`ACTIVITY_FILE`). A failure is logged."""
+    try:
+        write_whole(state_dir / ACTIVITY_FILE, json.dumps(activity))
+    except OSError as exc:
+        logger.debug("cannot write %s: %s", ACTIVITY_FILE, exc)
+
+
+def read_activity(state_dir: Path) -> dict[str, tuple[int, int]] | None:
+    """What :func:`write_activity` saved last; None when there is nothing to read."""
+    try:
+        saved = json.loads((state_dir / ACTIVITY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict):
+        return None
+    return {str(host): (int(pair[0]), int(pair[1])) for host, pair in saved.items()
+            if isinstance(pair, list) and len(pair) == 2}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """The settings a crawl's last run had, as its state_dir keeps them."""
+
+    mapping: dict[str, Any]
+    """Every key (:func:`rccrawler.config.settings_mapping`), the storage's password out."""
+    source: Path | None
+    """The settings file they came from (relative word lists are found beside it)."""
+
+    @classmethod
+    def read(cls, state_dir: Path) -> RunSettings | None:
+        """The settings saved in ``state_dir``; None when there are none (a new crawl, or
+        one last run by a version that did not save them).
+
+        Raises:
+            StateError: the file is there but unreadable.
+        """
+        path = state_dir / SETTINGS_FILE
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise StateError(f"cannot read the settings of the last run, {path}: {exc}") from exc
+        if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
+            raise StateError(f"{path} does not hold the settings of a run")
+        source = saved.get("source")
+        return cls(saved["settings"], Path(source) if isinstance(source, str) else None)
+
+    def save(self, state_dir: Path) -> None:
+        """Write them to ``state_dir`` whole (a temporary file, then a rename)."""
+        text = json.dumps({"source": str(self.source) if self.source else None,
+                           "settings": self.mapping}, indent=1, ensure_ascii=False)  # fmt: skip
+        write_whole(state_dir / SETTINGS_FILE, text + "\n")
 
 
 class StateLock:

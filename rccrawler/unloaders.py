@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rccrawler.data.runlog import RunLog
-from rccrawler.records import PageArc, PageData, PageState
+from rccrawler.records import PageArc, PageData, PageState, SkipReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -184,7 +184,7 @@ def page_skip_reason(page: PageData) -> str:
     if page.state is PageState.ERROR:
         return "redirect_loop" if page.error_code == "redirect_loop" else "error"
     if page.state is PageState.WAITING:
-        return "budget"  # left in the queue when the crawl ended
+        return SkipReason.WAITING.value  # still queued: the crawl stopped before it
     return ""
 
 

@@ -45,6 +45,41 @@ def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 
     return True
 
 
+RUN_TIMEOUT = 120
+"""Only a guard against a hung command; no test asserts how fast anything is."""
+
+
+def command(*args: str) -> list[str]:
+    """``python -m rccrawler ARGS`` as a child process's command line."""
+    return [sys.executable, "-m", "rccrawler", *args]
+
+
+def cli(
+    *args: str, cwd: Path, stdin: str | None = None, umask: int | None = None,
+    timeout: float = RUN_TIMEOUT, env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run ``rccrawler ARGS`` in ``cwd`` to its end; what it printed, and its code."""
+    return subprocess.run(
+        command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
+        input=stdin, preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def running(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """``rccrawler ARGS`` in the background; killed if the test leaves it running."""
+    proc = subprocess.Popen(command(*args), cwd=cwd, text=True, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=RUN_TIMEOUT)
+
+
 def crawl_command(config: Path) -> tuple[list[str], dict[str, str]]:
     """``rccrawler --config config`` as a child process (no live view, quiet), and the
     environment that lets it import the tests' task modules."""

@@ -15,48 +15,21 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from crawling import wait_until
+from crawling import RUN_TIMEOUT, cli, command, running, wait_until
 from support.sites import generated_site
 from webserver import Resource, redirect
 
 from rccrawler import __version__
 from rccrawler.data.runlog import RunLog
 
-RUN_TIMEOUT = 120
-"""Only a guard against a hung crawl; no test asserts how fast anything is."""
 OWN_FILES = ("a.test.nodes.csv", "a.test.arcs.csv", "a.test.graphml", "a.test.skipped.csv",
              "report.json", "report.html")  # fmt: skip
-
-
-def command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rccrawler", *args]
-
-
-def cli(*args: str, cwd: Path, umask: int | None = None, timeout: float = RUN_TIMEOUT,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run(
-        command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
-        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
-    )  # fmt: skip
-
-
-@contextlib.contextmanager
-def running(*args: str, cwd: Path) -> Iterator[subprocess.Popen[str]]:
-    """A crawl in the background; killed if the test leaves it running."""
-    proc = subprocess.Popen(command(*args), cwd=cwd, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=RUN_TIMEOUT)
 
 
 def wait_for(condition: Callable[[], bool], proc: subprocess.Popen[str] | None = None) -> None:
@@ -171,14 +144,16 @@ def test_fresh_is_refused_while_the_crawl_runs_and_changes_nothing(serve, tmp_pa
     state = tmp_path / "state"
     with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
         wait_for(lambda: len(server.hits_for("a.test")) >= 10, proc)
-        files = {p.name: p.stat().st_ino for p in state.iterdir()}
+        # The running crawl rewrites what it is doing (activity.json) itself.
+        files = {p.name: p.stat().st_ino for p in state.iterdir() if p.name != "activity.json"}
         assert {"crawl.sqlite3", "crawl.sqlite3-wal", "lock"} <= set(files)
 
         refused = cli("--config", "settings.yaml", "--fresh", "-q", cwd=tmp_path)
         assert refused.returncode == 2
         assert len(refused.stderr.strip().splitlines()) == 1
         assert "in use by pid" in refused.stderr and str(proc.pid) in refused.stderr
-        assert {p.name: p.stat().st_ino for p in state.iterdir()} == files
+        assert {p.name: p.stat().st_ino for p in state.iterdir()
+                if p.name != "activity.json"} == files  # fmt: skip
         database = str(state / "crawl.sqlite3")
         assert database in fd_targets(proc.pid)  # still open, and not "(deleted)"
 

@@ -451,6 +451,7 @@ def test_the_files_are_the_same_whether_the_unloaders_share_their_reads_or_not(
     ways write the same bytes (and report.json the same figures)."""
     from rccrawler import unloaders
     from rccrawler.commands.export import export_command
+    from rccrawler.manager import load_settings
 
     site = generated_site("a.test", 300, fanout=6)
     server = serve({"a.test": {**site, "/p/5": html("/p/5", "/p/6", "/elsewhere")}})
@@ -459,7 +460,7 @@ def test_the_files_are_the_same_whether_the_unloaders_share_their_reads_or_not(
     written = {}
     for budget in (unloaders.SHARED_SITE_PAGES, 0):
         monkeypatch.setattr(unloaders, "SHARED_SITE_PAGES", budget)
-        assert export_command(str(config)) == 0
+        assert export_command(*load_settings(config)) == 0
         written[budget] = {
             path.name: path.read_bytes()
             for path in result.output_dir.iterdir()
@@ -482,6 +483,7 @@ def test_the_files_of_many_sites_are_written_from_one_statistics_snapshot(
     from rccrawler.commands.export import export_command
     from rccrawler.data.postgres import PostgresDataManager
     from rccrawler.data.sqlite import SQLiteDataManager
+    from rccrawler.manager import load_settings
 
     hosts = [f"s{n}.test" for n in range(30)]
     server = serve({host: {"/": html(text=host)} for host in hosts})
@@ -491,7 +493,7 @@ def test_the_files_of_many_sites_are_written_from_one_statistics_snapshot(
     for cls in (SQLiteDataManager, PostgresDataManager):
         monkeypatch.setattr(cls, "statistics", lambda self, real=cls.statistics: (
             snapshots.append(1), real(self))[1])  # fmt: skip
-    assert export_command(str(crawler.settings_file(hosts, server.resolve))) == 0
+    assert export_command(*load_settings(crawler.settings_file(hosts, server.resolve))) == 0
     assert 1 <= len(snapshots) <= 4, len(snapshots)  # not one (or more) per site
     report = json.loads((result.output_dir / "report.json").read_text())
     assert sorted(report["sites"]) == sorted(hosts)

@@ -98,7 +98,7 @@ def test_a_hostile_site_ends_with_errors_not_a_hang(serve, crawler, raw_server):
     assert "http://h.test/endless" in graph.urls  # cut at max_body_bytes, still a page
     raw = result.report["sites"]["raw.test"]
     assert raw["pages_done"] == 0
-    assert raw["stop_reason"] == "robots.txt unreachable"
+    assert raw["stop_reason"] == "robots.txt unreachable (connection)"  # the cause, too
 
 
 # -- cookies by the rules -------------------------------------------------------------------

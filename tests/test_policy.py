@@ -148,3 +148,7 @@ def test_breadth_first_barrier_and_robots_stop_reason():
     assert not breadth_first_allows(4, [2, 5])
     assert robots_stop_reason(503) == "robots.txt unavailable (HTTP 503)"
     assert robots_stop_reason(None) == "robots.txt unreachable"
+    assert robots_stop_reason(None, "dns") == "robots.txt unreachable (dns)"
+    assert robots_stop_reason(None, "connection_refused") == (
+        "robots.txt unreachable (connection refused)"
+    )

@@ -274,14 +274,27 @@ def test_threads_busy_and_idle_eta_and_stop_reasons():
     view.update(snapshot(host("a.test", done=50, waiting=40, running=3, budget_hit=True),
                          host("b.test", done=7, stop_reason="robots.txt unavailable (HTTP 503)"),
                          downloading=3, parsing=1))  # fmt: skip
-    screen = render(view)
+    screen = render(view, width=120)  # the stop reason whole, beside the parsing column
     assert "downloading 3/8 busy, 5 idle" in screen
     assert "parsing 1/2 busy, 1 idle" in screen
     # 43 pages left at 5 pages/s take 9 s, but 40 waiting at one request per 0.5 s take
     # 20 s; and no new page can join a site at its budget, so it is an estimate.
     assert "ETA ~0:00:20" in screen
     assert re.search(r"^b\.test .* robots\.txt unavailable \(HTTP 503\)", screen, re.M)
-    assert re.search(r"^a\.test\s+50\s+40\s+3\s+0\s+0\s+500ms .* 53%\s+crawling", screen, re.M)
+    assert re.search(r"^a\.test\s+50\s+40\s+3\s+0\s+0\s+0\s+500ms .* 53%\s+crawling", screen,
+                     re.M)  # fmt: skip
+
+
+def test_running_counts_requests_in_flight_and_parsing_has_its_own_column():
+    """A site with one download at a time shows running 1 at most: the pages downloaded
+    and waiting for (or in) a parser are in the parsing column, not in running."""
+    view = StatusView(downloading_threads=4, parsing_threads=2, clock=MockClock())
+    # 3 leased pages: 1 request in flight, 2 being parsed; 4 more downloaded, waiting.
+    view.update(snapshot(host("a.test", done=7, waiting=5, running=3, parsing=2, downloaded=4)))
+    screen = render(view)
+    assert re.search(r"^\s*site\s+done\s+waiting\s+running\s+parsing\s+errors\s+dups", screen,
+                     re.M), screen  # fmt: skip
+    assert re.search(r"^a\.test\s+7\s+5\s+1\s+6\s+0\s+0\s", screen, re.M), screen
 
 
 def test_eta_is_a_lower_bound_while_links_are_still_found():

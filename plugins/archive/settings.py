@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rccrawler.config import unknown_key
 from rccrawler.exceptions import ConfigError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def archive_settings(settings: Settings) -> ArchiveSettings:
         raise ConfigError("archive", "must be a mapping")
     for key in section:
         if key not in ARCHIVE_KEYS:
-            raise ConfigError(f"archive.{key}", f"unknown key (known: {', '.join(ARCHIVE_KEYS)})")
+            raise unknown_key(f"archive.{key}", ARCHIVE_KEYS)
     defaults = ArchiveSettings()
     size = section.get("max_file_bytes", defaults.max_file_bytes)
     if isinstance(size, bool) or not isinstance(size, int):

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
+from rccrawler.config import unknown_key
 from rccrawler.exceptions import ConfigError, FetchError
 
 if TYPE_CHECKING:
@@ -137,9 +138,7 @@ def check_external_enabled(settings: Settings) -> bool:
         raise ConfigError("linkcheck", "must be a mapping")
     for key in section:
         if key not in LINKCHECK_KEYS:
-            raise ConfigError(
-                f"linkcheck.{key}", f"unknown key (known: {', '.join(LINKCHECK_KEYS)})"
-            )
+            raise unknown_key(f"linkcheck.{key}", LINKCHECK_KEYS)
     value = section.get("check_external", False)
     if not isinstance(value, bool):
         raise ConfigError("linkcheck.check_external", f"must be true or false, not {value!r}")

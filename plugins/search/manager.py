@@ -21,8 +21,9 @@ from plugins.search.settings import (
 from plugins.search.threads import IndexingDownloadingThread, IndexingParsingThread, SearchContext
 from plugins.search.worker import IndexWorkerPool
 from plugins.webgraph.manager import WebGraphManager
+from rccrawler.config import unknown_key
 from rccrawler.data.storage import create_storage, open_storage, state_exists
-from rccrawler.exceptions import ConfigError, StateError
+from rccrawler.exceptions import StateError
 from rccrawler.manager import TaskCommand
 
 if TYPE_CHECKING:
@@ -45,6 +46,13 @@ class SearchManager(WebGraphManager):
     parsing_thread_cls: type[ParsingThread] = IndexingParsingThread
     task_tables: ClassVar[tuple[TaskTable, ...]] = TABLES
     settings_sections: ClassVar[tuple[str, ...]] = ("search",)
+    identity_keys: ClassVar[tuple[str, ...]] = (
+        *WebGraphManager.identity_keys,
+        *(f"search.{key}" for key in ("language", "stopwords", "synonyms", "max_words",
+                                      "max_positions")),
+    )  # fmt: skip
+    """How the index is built: its words would not match a query's (partitions are not
+    here: a saved crawl keeps the ones it was created with)."""
     commands: ClassVar[Mapping[str, TaskCommand]] = {
         **WebGraphManager.commands,
         "search": TaskCommand("search the crawl's index", search_command, search_arguments),
@@ -59,7 +67,7 @@ class SearchManager(WebGraphManager):
         super().check_settings(settings)
         for key in search_section(settings):
             if key not in SEARCH_KEYS:
-                raise ConfigError(f"search.{key}", f"unknown key (known: {', '.join(SEARCH_KEYS)})")
+                raise unknown_key(f"search.{key}", SEARCH_KEYS)
         text_processor(settings)
         index_caps(settings)
         index_partitions(settings)

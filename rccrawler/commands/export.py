@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rccrawler.commands import EXIT_FAILED, EXIT_OK
 
+if TYPE_CHECKING:
+    from rccrawler.config import Settings
+    from rccrawler.manager import ApplicationManager
 
-def export_command(config: str) -> int:
+
+def export_command(manager_cls: type[ApplicationManager], settings: Settings) -> int:
     """Write the output files of a stopped or running crawl from its saved state, read
     the way ``status`` reads it: a running crawl goes on undisturbed."""
     from rccrawler.data.storage import is_shared, open_storage
-    from rccrawler.manager import load_settings
     from rccrawler.state import state_in_use
 
-    manager_cls, settings = load_settings(config)
     manager = manager_cls(settings)
     try:
         with open_storage(settings, task_tables=manager_cls.task_tables) as data:

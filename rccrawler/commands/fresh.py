@@ -54,7 +54,7 @@ def refuse_if_running(manager_cls: type[ApplicationManager], settings: Settings)
     if running:
         raise StateError(
             f"the crawl {settings.crawl_name} is running ({', '.join(running)}); "
-            "stop it first (rccrawler stop --config ...)"
+            "stop it first (rccrawler stop)"
         )
 
 
@@ -125,6 +125,29 @@ def owned_output_files(
     return sorted(found)
 
 
+def discard_crawl(
+    manager_cls: type[ApplicationManager],
+    settings: Settings,
+    unloaders: tuple[type[ResultUnloader], ...],
+    *,
+    output: bool = True,
+) -> list[Path]:
+    """Remove the crawl's saved state and, with ``output``, the output files its
+    ``unloaders`` wrote (``--fresh``, ``drop``). The caller holds the state lock (SQLite)
+    and has made sure no worker runs (:func:`refuse_if_running`).
+
+    Returns:
+        The output files removed.
+    """
+    hosts = crawl_hosts(manager_cls, settings) if output else set()
+    removed = owned_output_files(unloaders, settings.output_dir, hosts) if output else []
+    discard_stored_state(manager_cls, settings)
+    RunLog(settings.state_dir).discard()
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
 def start_fresh(manager: ApplicationManager) -> list[Path]:
     """Discard what this crawl owns before it runs (``--fresh``).
 
@@ -138,11 +161,6 @@ def start_fresh(manager: ApplicationManager) -> list[Path]:
     manager.lock_state()
     cls, settings = type(manager), manager.settings
     refuse_if_running(cls, settings)
-    hosts = crawl_hosts(cls, settings)
-    removed = owned_output_files(manager.unloader_classes, settings.output_dir, hosts)
-    discard_stored_state(cls, settings)
-    RunLog(settings.state_dir).discard()
-    for path in removed:
-        path.unlink(missing_ok=True)
+    removed = discard_crawl(cls, settings, manager.unloader_classes)
     logger.info("--fresh: saved state discarded, %d output files removed", len(removed))
     return removed

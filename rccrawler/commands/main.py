@@ -1,5 +1,5 @@
 """The command line: rccrawler [crawl] --config FILE | crawl URL... | export | stop | status |
-demo, and the commands of the crawl's task (search, words, serve...) (SPEC §3)."""
+drop | demo, and the commands of the crawl's task (search, words, serve...) (SPEC §3)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("rccrawler")
 
-COMMANDS = ("crawl", "export", "stop", "status", "demo")
+COMMANDS = ("crawl", "export", "stop", "status", "drop", "demo")
 """The commands of every crawl; a task adds its own (``ApplicationManager.commands``)."""
 TASK_COMMANDS = """a task adds its own commands (plugins.search.SearchManager: search, words,
-serve; the default task: serve); see them with: rccrawler COMMAND --config FILE --help"""
+serve; the default task: serve); see them with: rccrawler COMMAND --config FILE --help
+(or --state DIR, or --site URL for a quick crawl)"""
+SHIPPED_TASKS = (
+    "plugins.webgraph.WebGraphManager", "plugins.search.SearchManager",
+    "plugins.archive.ArchiveManager", "plugins.linkcheck.LinkCheckManager",
+    "plugins.contacts.ContactsManager",
+)  # fmt: skip
+"""The tasks that come with rccrawler, by dotted path (loaded, like the default task,
+only when a command asks): ``rccrawler serve --help`` with no crawl named says which of
+them add ``serve``."""
 _STATE_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR,
                  errno.ENOENT)  # fmt: skip
 
@@ -42,9 +51,12 @@ def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser
     logs.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
     logs.add_argument("--log-file", metavar="FILE",
                       help="also write the whole log to FILE, whatever -q says")  # fmt: skip
-    config = argparse.ArgumentParser(add_help=False)
-    config.add_argument("--config", "-c", metavar="FILE", required=True,
-                        help="settings.yaml of the crawl")  # fmt: skip
+    from rccrawler.commands.selection import add_crawl_arguments
+
+    named = argparse.ArgumentParser(add_help=False)
+    add_crawl_arguments(named)
+    task_named = argparse.ArgumentParser(add_help=False)
+    add_crawl_arguments(task_named, urls="option")
     parser = argparse.ArgumentParser(
         prog="rccrawler",
         description="Crawl sites breadth-first into per-site web graphs. "
@@ -64,22 +76,27 @@ def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser
     crawl = command(
         "crawl",
         "run or resume a crawl: the one FILE describes, or a quick crawl of URLs with "
-        "defaults (state and output in ./rccrawler-HOST/)",
+        "defaults (state and output in ./rccrawler-HOST/); a resumed crawl takes the "
+        "settings as they are now",
+        named,
     )
-    crawl.add_argument("urls", nargs="*", metavar="URL", help="sites to crawl without a FILE")
-    crawl.add_argument("--config", "-c", metavar="FILE", help="settings.yaml of the crawl")
     crawl.add_argument("--fresh", action="store_true",
                        help="discard the crawl's saved state and output files first "
                        "(never other files); refused while the crawl runs")  # fmt: skip
     crawl.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
     crawl.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="with URLs: a setting, e.g. -s crawl.crawl_delay_ms=200 "
-                       "(VALUE is YAML)")  # fmt: skip
+                       help="a setting for this run, over the file's or the defaults, e.g. "
+                       "-s crawl.crawl_delay_ms=200 (VALUE is YAML)")  # fmt: skip
     command("export", "write the output files of a stopped or running crawl from its "
-            "saved state (the crawl is not disturbed)", config)  # fmt: skip
-    command("stop", "ask a running crawl to stop and save its state", config)
-    status = command("status", "print the progress of a running or saved crawl", config)
+            "saved state (the crawl is not disturbed)", named)  # fmt: skip
+    command("stop", "ask a running crawl to stop and save its state", named)
+    status = command("status", "print the progress of a running or saved crawl", named)
     status.add_argument("--json", action="store_true", help="print one JSON object")
+    drop = command("drop", "remove a crawl's saved state (its SQLite file or PostgreSQL "
+                   "schema); refused while a worker of it runs", named)  # fmt: skip
+    drop.add_argument("--yes", "-y", action="store_true", help="do not ask first")
+    drop.add_argument("--output", action="store_true",
+                      help="also remove the crawl's output files (never other files)")  # fmt: skip
     demo = command("demo", "crawl a bundled sample site on loopback and print the report")
     demo.add_argument("--output", metavar="DIR", help="where to write (default output/demo)")
     demo.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
@@ -89,7 +106,7 @@ def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser
     demo.add_argument("--port", type=int,
                       help="where --serve listens (default 8765; 0: any free port)")  # fmt: skip
     for name, task_command in task_commands.items():
-        task_parser = command(name, task_command.help, config)
+        task_parser = command(name, task_command.help, task_named)
         if task_command.arguments is not None:
             task_command.arguments(task_parser)
     return parser
@@ -132,22 +149,47 @@ def with_default_command(argv: Sequence[str]) -> list[str]:
 
 
 def task_of_command(args: Sequence[str]) -> tuple[type[ApplicationManager], Settings] | None:
-    """The task and settings of a task's own command (``rccrawler search --config FILE``):
-    the command line knows those commands only once it has read the settings.
+    """The task and settings of a task's own command (``rccrawler search --config FILE``,
+    ``--state DIR`` or ``--site URL``): the command line knows those commands only once
+    it has found the crawl.
 
-    None for the commands of every crawl, and for a task's command without ``--config``
-    (the parser then says what is missing).
+    None for the commands of every crawl, and for a task's command that names no crawl
+    (:func:`explain_task_command` says what is missing).
     """
     if not args or args[0].startswith("-") or args[0] in COMMANDS:
         return None
-    config = argparse.ArgumentParser(add_help=False)
-    config.add_argument("--config", "-c")
-    known, _rest = config.parse_known_args(args[1:])
-    if known.config is None:
-        return None
-    from rccrawler.manager import load_settings
+    from rccrawler.commands.selection import add_crawl_arguments, chosen_crawl
 
-    return load_settings(known.config)
+    finder = argparse.ArgumentParser(add_help=False)
+    add_crawl_arguments(finder, urls="option")
+    known, _rest = finder.parse_known_args(args[1:])
+    if not (known.config or known.state or known.urls):
+        return None
+    return chosen_crawl(known)
+
+
+def explain_task_command(name: str) -> str | None:
+    """What to say of ``rccrawler NAME`` when NAME is a task's command and no crawl is
+    named: which of the shipped tasks add it, and how to name the crawl. None when no
+    shipped task has it (a typo: the parser says so)."""
+    from rccrawler.loading import load_class
+    from rccrawler.manager import ApplicationManager
+
+    tasks = []
+    for path in SHIPPED_TASKS:
+        try:
+            task = load_class("manager", path, ApplicationManager)
+        except ConfigError:
+            continue  # a task whose dependency is missing adds nothing here
+        if name in task.commands:
+            tasks.append(path)
+    if not tasks:
+        return None
+    return (
+        f"rccrawler {name}: a command of the crawl's task ({', '.join(tasks)} add it, or a "
+        f"task of your own): it needs the crawl named, with --config FILE, --state DIR "
+        f"or --site URL (a quick crawl): rccrawler {name} --config FILE --help"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -191,12 +233,21 @@ def _command(argv: Sequence[str] | None) -> int:
     except ConfigError as exc:
         print(f"rccrawler: bad config: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StateError as exc:
+        print(f"rccrawler: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if task is not None and args_list[0] not in task[0].commands:
         manager_cls = task[0]
         known = ", ".join(sorted(manager_cls.commands)) or "none"
         print(f"rccrawler {args_list[0]}: the task {manager_cls.__name__} has no command "
               f"{args_list[0]!r} (its commands: {known})", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    named = args_list[0] if args_list and not args_list[0].startswith("-") else ""
+    if task is None and named and named not in COMMANDS:
+        explanation = explain_task_command(named)
+        if explanation is not None:
+            print(explanation, file=sys.stderr)
+            return EXIT_USAGE
     parser = _parser(task[0].commands if task is not None else {})
     if not args_list:
         parser.print_help(sys.stderr)
@@ -219,28 +270,35 @@ def _command(argv: Sequence[str] | None) -> int:
                 return serve_sample_site() if args.port is None else serve_sample_site(args.port)
             output = Path(args.output) if args.output else Path("output/demo")
             return run_demo(output, tui=False if args.no_tui else None)
+        if args.command == "crawl":
+            from rccrawler.commands.crawl import crawl_command
+
+            if sum(map(bool, (args.config, args.state, args.urls))) != 1:
+                parser.error("crawl: give --config FILE, --state DIR, or the URLs of the sites "
+                             "to crawl (one of them)")  # fmt: skip
+            tui = False if args.no_tui else None
+            return crawl_command(args, fresh=args.fresh, tui=tui)
+        if not (args.config or args.state or args.urls):
+            parser.error(f"{args.command}: give --config FILE, --state DIR or the URLs of a "
+                         "quick crawl")  # fmt: skip
+        from rccrawler.commands.selection import chosen_crawl
+
+        manager_cls, settings = chosen_crawl(args)
         if args.command == "stop":
             from rccrawler.commands.stop import stop_command
 
-            return stop_command(args.config)
+            return stop_command(settings)
         if args.command == "status":
             from rccrawler.commands.status import status_command
 
-            return status_command(args.config, as_json=args.json)
-        if args.command == "export":
-            from rccrawler.commands.export import export_command
+            return status_command(settings, as_json=args.json)
+        if args.command == "drop":
+            from rccrawler.commands.drop import drop_command
 
-            return export_command(args.config)
-        from rccrawler.commands.crawl import crawl_command, quick_crawl_command
+            return drop_command(manager_cls, settings, yes=args.yes, output=args.output)
+        from rccrawler.commands.export import export_command
 
-        tui = False if args.no_tui else None
-        if args.config and (args.urls or args.set):
-            parser.error("crawl: give --config FILE or URLs (with -s KEY=VALUE), not both")
-        if args.config:
-            return crawl_command(args.config, fresh=args.fresh, tui=tui)
-        if not args.urls:
-            parser.error("crawl: give --config FILE, or the URLs of the sites to crawl")
-        return quick_crawl_command(args.urls, args.set, fresh=args.fresh, tui=tui)
+        return export_command(manager_cls, settings)
     except ConfigError as exc:
         print(f"rccrawler: bad config: {exc}", file=sys.stderr)
         return EXIT_USAGE

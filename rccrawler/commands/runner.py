@@ -64,7 +64,15 @@ def run_manager(
         try:
             if view is not None:
                 view.start()
+            # Opened here, not in run(): a resumed crawl says what it found and what
+            # changed first (the live view prints it above itself).
+            manager.open()
+            if manager.resume_note:
+                print(terminal_safe(manager.resume_note), flush=True)
             finished = manager.run()
+        except BaseException:
+            manager.close()  # run() closes what it opened; a failure before it, too
+            raise
         finally:
             # The live view ends first, so that what follows prints below its last frame.
             if view is not None:

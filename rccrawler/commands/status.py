@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rccrawler.commands import EXIT_FAILED, EXIT_OK
 from rccrawler.ui.safetext import terminal_safe
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
-def status_command(config: str, *, as_json: bool) -> int:
+    from rccrawler.config import Settings
+    from rccrawler.records import HostStats
+
+
+def status_command(settings: Settings, *, as_json: bool) -> int:
     from rccrawler.data.storage import is_shared, open_storage, state_exists
-    from rccrawler.manager import load_settings
-    from rccrawler.state import state_in_use
+    from rccrawler.state import read_activity, state_in_use
 
-    _cls, settings = load_settings(config)
     if not state_exists(settings):
         where = settings.storage if is_shared(settings) else settings.state_dir
         print(f"no saved crawl in {where}")
@@ -24,11 +29,13 @@ def status_command(config: str, *, as_json: bool) -> int:
         running = data.live_workers() > 0 if is_shared(settings) else (
             state_in_use(settings.state_dir))  # fmt: skip
     unfinished = "running" if running else "stopped (run the crawl again to resume)"
+    # A running crawl of one process knows its requests in flight; its rows do not.
+    activity = read_activity(settings.state_dir) if running and not is_shared(settings) else None
     # The figures of report.json under the same names (docs/output.md).
     rows = [
         {
             "host": h.host, "done": h.done, "waiting": h.waiting,
-            "running": h.running + h.downloaded,
+            **work_in_progress(h, activity, running=running),
             "errors": h.errors, "errors_by_kind": dict(h.errors_by_kind),
             "duplicates": h.duplicates, "bytes": h.bytes,
             "stop_reason": h.stop_reason or unfinished,
@@ -40,12 +47,27 @@ def status_command(config: str, *, as_json: bool) -> int:
                           "pages_done": sum(h.done for h in stats.hosts)}))  # fmt: skip
         return EXIT_OK
     print(
-        f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'errors':>7} {'dups':>6}"
-        "  stop reason"
+        f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'parsing':>8} {'errors':>7} "
+        f"{'dups':>6}  stop reason"
     )
     for row in rows:
         print(terminal_safe(
             f"{row['host']:30} {row['done']:>7} {row['waiting']:>8} {row['running']:>8} "
-            f"{row['errors']:>7} {row['duplicates']:>6}  {row['stop_reason'] or '-'}"
+            f"{row['parsing']:>8} {row['errors']:>7} {row['duplicates']:>6}  "
+            f"{row['stop_reason'] or '-'}"
         ))  # fmt: skip
     return EXIT_OK
+
+
+def work_in_progress(
+    host: HostStats, activity: Mapping[str, tuple[int, int]] | None, *, running: bool
+) -> dict[str, int]:
+    """A site's ``running`` (requests in flight) and ``parsing`` (pages waiting for a
+    parser, or in one): from the crawl's own account when it keeps one, else from its
+    storage; none of either once the crawl is not running."""
+    if not running:
+        return {"running": 0, "parsing": 0}
+    if activity is not None:
+        requests, to_parse = activity.get(host.host, (0, 0))
+        return {"running": requests, "parsing": to_parse}
+    return {"running": host.requests, "parsing": host.to_parse}

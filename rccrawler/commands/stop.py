@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rccrawler.commands import EXIT_FAILED, EXIT_OK
 
+if TYPE_CHECKING:
+    from rccrawler.config import Settings
 
-def stop_command(config: str) -> int:
+
+def stop_command(settings: Settings) -> int:
     from rccrawler.data.storage import is_shared, open_storage, state_exists
-    from rccrawler.manager import load_settings
     from rccrawler.state import STOP_FILE, state_in_use
 
-    _cls, settings = load_settings(config)
     if is_shared(settings):
         # Workers may run on other machines: the request goes through the database.
         if not state_exists(settings):

@@ -116,7 +116,9 @@ class DataManager(ABC):
     # -- sites and robots -------------------------------------------------
     @abstractmethod
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
-        """Register a site and queue its start page, unless it is known already.
+        """Register a site and queue its start page, unless it is known already. A known
+        site takes this run's politeness: ``host``'s crawl delay (its floor,
+        ``min_crawl_delay``, counts the robots.txt Crawl-delay) and downloads at a time.
 
         Returns:
             True when the site is new to this state.
@@ -142,14 +144,29 @@ class DataManager(ABC):
         """
 
     @abstractmethod
+    def admit_held(self, host: str, max_depth: int) -> int:
+        """Queue the links of ``host`` that the limits of an earlier run held back (too
+        deep, or over the page budget) and this run's limits admit: the URLs nearest the
+        start first, up to the page budget, each at its finder's level + 1, with the arcs
+        of every page that linked to it. A site that had ended gets work again (its stop
+        reason is cleared); one whose budget now has room is no longer at its budget.
+
+        Returns:
+            How many pages were queued.
+        """
+
+    @abstractmethod
     def take_robots(self) -> HostData | None:
         """Lease a host whose robots.txt is not fetched yet (it is then FETCHING)."""
 
     @abstractmethod
     def store_robots(
-        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
-    ) -> None:
-        """Store a host's robots.txt; ``blocked`` means nothing of it may be crawled."""
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *,
+        blocked: bool, error: str = "",
+    ) -> None:  # fmt: skip
+        """Store a host's robots.txt; ``blocked`` means nothing of it may be crawled.
+        ``error`` is the request's error kind when no answer came (``dns``...): a
+        blocked site's stop reason says it."""
 
     @abstractmethod
     def hosts(self) -> list[HostData]:

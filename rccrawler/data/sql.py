@@ -322,6 +322,9 @@ def retry_conflicts(
     return retried
 
 
+MAX_HELD = 2**53
+"""Held links admitted at once when the page budget has no limit (``max_pages: 0``)."""
+
 DUE_WAIT_MAX_S = 1.0
 """The longest an idle downloading thread waits for a host to become due: a take that
 finds no host held back by its politeness says this."""
@@ -537,6 +540,10 @@ class SQLDataManager(DataManager):
     def _on_budget_hit(self, cur: Cursor, host: str) -> None:
         cur.execute(self._sql("UPDATE hosts SET budget_hit = ? WHERE host = ?"), (True, host))
 
+    def _on_budget_cleared(self, cur: Cursor, host: str) -> None:
+        """The site's budget has room again (a resumed run raised ``max_pages``)."""
+        cur.execute(self._sql("UPDATE hosts SET budget_hit = ? WHERE host = ?"), (False, host))
+
     def _on_waiting_ended(self, host: str, count: int) -> None:
         """``count`` waiting pages of ``host`` were skipped at once (robots)."""
 
@@ -591,9 +598,13 @@ class SQLDataManager(DataManager):
                 self._insert_host(cur, host)
                 self._insert_pages(cur, host.host, [root])
                 return True
-            # Settings may change between runs; politeness follows the newest.
-            known.crawl_delay = max(host.crawl_delay, known.crawl_delay)
-            known.min_crawl_delay = max(host.crawl_delay, known.min_crawl_delay)
+            # Settings may change between runs: politeness follows this run's (SPEC §3),
+            # a lower delay too; auto-throttle starts again from its floor.
+            delay = max(host.crawl_delay, host.min_crawl_delay)
+            if delay < known.crawl_delay:
+                known.next_fetch_at = min(known.next_fetch_at, self._clock(cur) + delay)
+            known.crawl_delay = delay
+            known.min_crawl_delay = delay
             known.max_downloads_at_time = host.max_downloads_at_time
             # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
             if self._page_of_url(cur, normalized_url) is not None:
@@ -634,6 +645,50 @@ class SQLDataManager(DataManager):
                 [(host, url, reason) for url, reason in admission.not_queued]
                 + [(host, s.url, s.reason.value) for s in skipped],
             )
+            return len(rows)
+
+    @retry_conflicts
+    def admit_held(self, host: str, max_depth: int) -> int:
+        with self._atomic() as cur:
+            self._lock_sites(cur)
+            data = self._find_host(cur, host)
+            if data is None or data.stop_reason.startswith(BLOCKED_BY_ROBOTS):
+                return 0
+            cur.execute(self._sql("SELECT count(*) FROM pages WHERE host = ?"), (host,))
+            admitted = int((cur.fetchone() or (0,))[0])
+            budget = self.limits.max_pages
+            room = max(0, budget - admitted) if budget else MAX_HELD
+            level = "CASE WHEN p.id IS NULL THEN 1 ELSE p.level + 1 END"
+            # The held links by their first finder (a sitemap's have none: level 1),
+            # one more than there is room for, to tell whether the budget is hit again.
+            cur.execute(
+                self._sql(
+                    f"SELECT s.url, {level}, p.id, coalesce(p.url, '') FROM skipped s "
+                    "LEFT JOIN pages p ON p.id = s.found_on "
+                    "WHERE s.host = ? AND s.reason IN (?, ?) AND "
+                    "NOT EXISTS (SELECT 1 FROM urls u WHERE u.normalized_url = s.url) "
+                    f"AND {level} <= ? ORDER BY 2, coalesce(p.id, 0), s.url{self.text_order} "
+                    "LIMIT ?"
+                ),
+                (host, SkipReason.DEPTH.value, SkipReason.BUDGET.value, max_depth, room + 1),
+            )
+            held = cur.fetchall()
+            rows = [(host, url, url, from_id, int(lvl), referer)
+                    for url, lvl, from_id, referer in held[:room]]  # fmt: skip
+            if rows:
+                self._insert_pages(cur, host, rows)
+                for start in range(0, len(rows), 500):
+                    chunk = [row[1] for row in rows[start : start + 500]]
+                    marks = ",".join("?" * len(chunk))
+                    cur.execute(
+                        self._sql(f"DELETE FROM skipped WHERE host = ? AND url IN ({marks})"),
+                        (host, *chunk),
+                    )
+                if data.stop_reason:
+                    data.stop_reason, data.finished_at = "", 0.0  # it has work again
+                    self._save_host(cur, data)
+            if len(held) <= room:  # every held link the depth admits fits the budget
+                self._on_budget_cleared(cur, host)
             return len(rows)
 
     def _insert_pages(
@@ -726,8 +781,9 @@ class SQLDataManager(DataManager):
 
     @retry_conflicts
     def store_robots(
-        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
-    ) -> None:
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *,
+        blocked: bool, error: str = "",
+    ) -> None:  # fmt: skip
         with self._atomic() as cur:
             data = self._find_host(cur, host)
             if data is None:
@@ -741,7 +797,7 @@ class SQLDataManager(DataManager):
             data.next_fetch_at = max(data.next_fetch_at, self._clock(cur) + data.crawl_delay)
             self._wake_downloaders = 1 << 16  # the host's pages may be taken now
             if blocked:
-                data.stop_reason = robots_stop_reason(status)
+                data.stop_reason = robots_stop_reason(status, error)
                 self._end_waiting(cur, host, SkipReason.ROBOTS)
             self._save_host(cur, data)
             cur.execute(self._sql("UPDATE hosts SET robots_owner = '' WHERE host = ?"), (host,))

@@ -562,6 +562,11 @@ class SQLiteDataManager(SQLDataManager):
             self._counters[host].budget_hit = True
             super()._on_budget_hit(cur, host)
 
+    def _on_budget_cleared(self, cur: Cursor, host: str) -> None:
+        if self._counters[host].budget_hit:
+            self._counters[host].budget_hit = False
+            super()._on_budget_cleared(cur, host)
+
     def _end_waiting(self, cur: Cursor, host: str, reason: SkipReason) -> None:
         self._give_back(cur, host)  # leased pages of the front are waiting pages too
         super()._end_waiting(cur, host, reason)
@@ -623,9 +628,10 @@ class SQLiteDataManager(SQLDataManager):
             return None
 
     def store_robots(
-        self, host: str, status: int | None, text: str, crawl_delay: float | None, *, blocked: bool
-    ) -> None:
-        super().store_robots(host, status, text, crawl_delay, blocked=blocked)
+        self, host: str, status: int | None, text: str, crawl_delay: float | None, *,
+        blocked: bool, error: str = "",
+    ) -> None:  # fmt: skip
+        super().store_robots(host, status, text, crawl_delay, blocked=blocked, error=error)
         with self._lock:
             self._add_candidate(host)
 

@@ -128,7 +128,7 @@ class DownloadingThread(CrawlerThread):
             # Before the rules are stored: no page of the host is fetched meanwhile, so
             # these requests keep the host's politeness on their own.
             self.read_sitemaps(host, rules, delay)
-        self.data.store_robots(host.host, status, text, delay, blocked=blocked)
+        self.data.store_robots(host.host, status, text, delay, blocked=blocked, error=error)
 
     # -- sitemaps ------------------------------------------------------------
     def read_sitemaps(self, host: HostData, rules: RobotsRules, delay: float | None) -> None:
@@ -233,10 +233,20 @@ class DownloadingThread(CrawlerThread):
 
     # -- pages -----------------------------------------------------------
     def download(self, page: PageData) -> None:
-        """Fetch one leased page and hand the outcome to the DataManager."""
+        """Fetch one leased page and hand the outcome to the DataManager.
+
+        The rules are asked again first: a page queued by an earlier run of the crawl
+        may be out of this run's scope (``include``/``exclude``) or depth.
+        """
         rules = self.robots_for(page.host)
         if not rules.allowed(page.url):
             self.data.skip_page(page.id, SkipReason.ROBOTS)
+            return
+        out_of_scope = scope_skip(page.url, self.scope_for(page.host))
+        if out_of_scope is None and page.level > self.settings.crawl_for(page.host).max_depth:
+            out_of_scope = SkipReason.DEPTH
+        if out_of_scope is not None and page.level > 0:  # a start page is crawled whatever
+            self.data.skip_page(page.id, out_of_scope)
             return
         result = self.fetch(page.url, page.host, referer=page.referer)
         # One line per fetch with -v: what came back, for which URL, how fast.

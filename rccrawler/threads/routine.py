@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, ClassVar
 
 from rccrawler.memory import release_memory
+from rccrawler.state import write_activity
 from rccrawler.threads.base import CrawlerThread
 
 if TYPE_CHECKING:
@@ -38,7 +39,8 @@ class RoutineThread(CrawlerThread):
     progress_every: ClassVar[float] = 5.0
     trim_every: ClassVar[float] = 1.0
     """Seconds between two returns of freed heap memory to the OS."""
-    """Seconds between two progress lines in plain-log mode."""
+    activity_every: ClassVar[float] = 1.0
+    """Seconds between two saves of what the crawl is doing, for ``rccrawler status``."""
 
     def __init__(self, context: CrawlContext, index: int) -> None:
         super().__init__(context, index)
@@ -46,6 +48,11 @@ class RoutineThread(CrawlerThread):
         self._last_progress = now
         self._last_trim = now
         self._last_feed = 0.0
+        self._last_activity = 0.0
+        self._activity: dict[str, tuple[int, int]] | None = None
+        # Shared storage counts its requests in flight itself; a state_dir of one process
+        # gets them from here (its rows say "running" for pages leased for later too).
+        self._keeps_activity = not context.data.shared
         self._last_done = 0
         self._last_bytes = 0
         self._errors_seen: dict[str, dict[str, int]] | None = None
@@ -76,11 +83,25 @@ class RoutineThread(CrawlerThread):
             stats = self.data.statistics()
             self.log_progress(stats, now)
             self.warn_new_errors(stats)
+        if self._keeps_activity and now - self._last_activity >= self.activity_every:
+            self.save_activity(self.data.statistics())
+            self._last_activity = now
         self.stopping.wait(self.tick)
         return True
 
+    def save_activity(self, stats: CrawlStats) -> None:
+        """Save each busy site's requests in flight and pages to parse (when they changed)."""
+        activity = {host.host: (host.requests, host.to_parse) for host in stats.hosts
+                    if host.requests or host.to_parse}  # fmt: skip
+        if activity != self._activity:
+            write_activity(self.settings.state_dir, activity)
+            self._activity = activity
+
     def close(self) -> None:
-        """Hand the view a last snapshot, so its final frame shows every stop reason."""
+        """Hand the view a last snapshot, so its final frame shows every stop reason;
+        nothing is in flight any more."""
+        if self._keeps_activity and self._activity:
+            write_activity(self.settings.state_dir, {})
         view: StatusSink | None = self.context.status
         if view is not None:
             try:

@@ -230,14 +230,17 @@ class StatusView:
         room = max(3, height - FIXED_LINES - len(warnings))
         shown, rest = _pick_rows(new.hosts, before, room)
 
-        # Below 100 columns the bar gives its room to the site names (the % stays).
+        # Below 100 columns the bar and the parsing column give their room to the site
+        # names (the % stays, and running still counts the requests in flight).
         bar_width = 20 if width >= 130 else 12 if width >= 100 else 0
+        wide = width >= 100
         # Narrow gaps (one pad + the box's blank separator): the row must fit 100 columns.
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
         # Site and status are the columns that give way on a narrow screen (their cells
         # are cut with an ellipsis), so the numbers always show whole.
         table.add_column("site", min_width=10, max_width=32)
-        for name in ("done", "waiting", "running", "errors", "dups"):
+        for name in ("done", "waiting", "running", *(["parsing"] if wide else []), "errors",
+                     "dups"):  # fmt: skip
             table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
         table.add_column("delay", justify="right", no_wrap=True, min_width=5)
         if bar_width:
@@ -246,7 +249,9 @@ class StatusView:
         # On a narrow screen the status gives way before the site names do.
         table.add_column("status", min_width=8, max_width=None if bar_width else 10)
         for host in shown:
-            table.add_row(*_row(HostCell(host.host), [host], bar_width, _host_status(host)))
+            table.add_row(
+                *_row(HostCell(host.host), [host], bar_width, _host_status(host), parsing=wide)
+            )
         if rest:
             crawling = sum(1 for host in rest if not host.stop_reason)
             table.add_row(
@@ -255,13 +260,16 @@ class StatusView:
                     rest,
                     bar_width,
                     _cut(f"{crawling} crawling, {len(rest) - crawling} finished", "dim"),
+                    parsing=wide,
                 ),
                 style="italic",
             )
         crawling = sum(1 for host in new.hosts if not host.stop_reason)
         counts = f"{crawling} crawling, {len(new.hosts) - crawling} finished"
         table.add_section()
-        table.add_row(*_row(_cut("total"), new.hosts, bar_width, _cut(counts)), style="bold")
+        table.add_row(
+            *_row(_cut("total"), new.hosts, bar_width, _cut(counts), parsing=wide), style="bold"
+        )
 
         now = self._stopped_at if self._stopped_at is not None else self.clock()
         elapsed = now - (self._started_at if self._started_at is not None else samples[0][0])
@@ -359,14 +367,22 @@ class HostCell:
 
 
 def _row(
-    label: RenderableType, hosts: Iterable[HostStats], bar_width: int, status: Text
+    label: RenderableType,
+    hosts: Iterable[HostStats],
+    bar_width: int,
+    status: Text,
+    *,
+    parsing: bool = True,
 ) -> list[RenderableType]:
-    done = waiting = in_progress = errors = duplicates = skipped = 0
+    """The cells of a row: one site's, or the sum of several; ``parsing``: with the
+    column of the pages waiting for (or in) a parser."""
+    done = waiting = requests = to_parse = errors = duplicates = skipped = 0
     delays: list[float] = []
     for host in hosts:
         done += host.done
         waiting += host.waiting
-        in_progress += host.running + host.downloaded
+        requests += host.requests
+        to_parse += host.to_parse
         errors += host.errors
         duplicates += host.duplicates
         skipped += host.skipped
@@ -374,7 +390,7 @@ def _row(
     # "Done out of done + waiting", where done is every finished page (errors and
     # skips included), and waiting every page not finished yet.
     finished = done + errors + duplicates + skipped
-    total = finished + waiting + in_progress
+    total = finished + waiting + requests + to_parse
     # A summed-up row shows the slowest of its sites.
     delay = _delay(delays[0]) if len(set(delays)) == 1 else "≤" + _delay(max(delays, default=0))
     bar: list[RenderableType] = (
@@ -386,7 +402,8 @@ def _row(
         label,
         f"{done:,}",
         f"{waiting:,}",
-        f"{in_progress:,}",
+        f"{requests:,}",
+        *([f"{to_parse:,}"] if parsing else []),
         Text(f"{errors:,}", style="red" if errors else ""),
         f"{duplicates:,}",
         delay,
