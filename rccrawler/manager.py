@@ -350,8 +350,8 @@ class ApplicationManager:
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)
             self.add_sites()
-            if resuming and self.limits_grew():
-                self.admit_held()
+            if resuming and self.limits_changed():
+                self.apply_limits()
             self.cookies.load()
             self.run_settings().save(self.state_dir)
             if resuming:
@@ -379,7 +379,11 @@ class ApplicationManager:
             StateError: a key of :attr:`identity_keys` changed (the state is untouched).
         """
         settings = self.settings
-        saved = RunSettings.read(settings.state_dir)
+        try:
+            saved = RunSettings.read(settings.state_dir)
+        except StateError as exc:  # this run's settings replace them
+            logger.warning("%s; this run's settings are compared with none", exc)
+            saved = None
         self._settings_known = saved is not None
         resuming = state_exists(settings)
         old_sqlite = (settings.state_dir / STATE_FILE).exists()
@@ -425,19 +429,20 @@ class ApplicationManager:
             f"crawl and cannot change when it resumes: {hint}"
         )
 
-    def limits_grew(self) -> bool:
-        """Whether ``max_pages`` or a ``max_depth`` may admit links the last run held back
-        (also when the last run's settings are not known)."""
+    def limits_changed(self) -> bool:
+        """Whether ``max_pages`` or a ``max_depth`` changed since the last run (or the
+        last run's settings are not known)."""
         return not self._settings_known or any(
             key == "crawl.max_pages" or key.endswith(".max_depth")
             for key, _old, _new in self.changes
         )
 
-    def admit_held(self) -> None:
-        """Queue the links each site's last run held back that this run's limits admit."""
+    def apply_limits(self) -> None:
+        """Each site takes this run's ``max_pages`` and ``max_depth``: what the last run's
+        held back is queued, what a lower budget leaves out waits no more."""
         for host in self.data.hosts():
             crawl = self.settings.crawl_for(host.host)
-            added = self.data.admit_held(host.host, crawl.max_depth)
+            added = self.data.apply_limits(host.host, crawl.max_depth)
             if added:
                 logger.info("%s: %d links held back by the last run's limits queued",
                             host.host, added)  # fmt: skip

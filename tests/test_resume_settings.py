@@ -12,9 +12,11 @@ import json
 import re
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from crawling import CLOCK_SLACK, RUN_TIMEOUT, cli, open_state, running, state_snapshot
 from support.sites import generated_site
@@ -126,10 +128,29 @@ def test_a_stopped_crawl_resumed_with_a_lower_delay_paces_at_the_new_delay(
         assert host is not None and host.crawl_delay == host.min_crawl_delay == 0.05
 
 
-def test_a_finished_crawl_with_max_pages_raised_fetches_exactly_the_new_pages(serve, tmp_path):
+@pytest.fixture
+def kept_in(storage: str) -> Iterator[dict[str, str]]:
+    """The settings keys that keep the test's crawl in ``storage`` (a PostgreSQL crawl
+    of its own name, dropped after the test)."""
+    if storage == "sqlite":
+        yield {}
+        return
+    name = f"resume-{uuid.uuid4().hex}"
+    try:
+        yield {"storage": storage, "name": name}
+    finally:
+        from rccrawler.data.postgres import PostgresDataManager, schema_for
+
+        PostgresDataManager.drop(storage, schema_for(name))
+
+
+@pytest.mark.both_backends
+def test_a_finished_crawl_with_max_pages_raised_fetches_exactly_the_new_pages(
+    serve, tmp_path, kept_in
+):
     site = generated_site("a.test", 200, fanout=5)
     server = serve({"a.test": site})
-    write_settings(tmp_path, server, crawl={"max_pages": 10})
+    write_settings(tmp_path, server, crawl={"max_pages": 10}, **kept_in)
     first = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = pages_fetched(server)
@@ -137,7 +158,7 @@ def test_a_finished_crawl_with_max_pages_raised_fetches_exactly_the_new_pages(se
     report = json.loads((tmp_path / "out" / "report.json").read_text())["sites"]["a.test"]
     assert report["stop_reason"] == "max_pages reached (10)"
 
-    write_settings(tmp_path, server, crawl={"max_pages": 20})
+    write_settings(tmp_path, server, crawl={"max_pages": 20}, **kept_in)
     second = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert resume_line(second.stdout) == (
@@ -162,15 +183,16 @@ def test_a_finished_crawl_with_max_pages_raised_fetches_exactly_the_new_pages(se
     assert read_arcs(tmp_path / "out") == expected
 
 
-def test_a_finished_crawl_with_max_depth_raised_fetches_the_next_level(serve, tmp_path):
+@pytest.mark.both_backends
+def test_a_finished_crawl_with_max_depth_raised_fetches_the_next_level(serve, tmp_path, kept_in):
     site = tree(depth=3, fanout=3)
     server = serve({"a.test": site})
-    write_settings(tmp_path, server, crawl={"max_depth": 1})
+    write_settings(tmp_path, server, crawl={"max_depth": 1}, **kept_in)
     assert cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path).returncode == 0
     before = pages_fetched(server)
     assert sorted(before) == ["/", "/1", "/2", "/3"]
 
-    write_settings(tmp_path, server, crawl={"max_depth": 2})
+    write_settings(tmp_path, server, crawl={"max_depth": 2}, **kept_in)
     second = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     assert resume_line(second.stdout) == ("resuming: 4 done, 9 waiting; changed: max_depth 1 → 2")
@@ -181,6 +203,41 @@ def test_a_finished_crawl_with_max_depth_raised_fetches_the_next_level(serve, tm
     assert ("http://a.test/2", "http://a.test/2/3") in read_arcs(tmp_path / "out")
     skipped = (tmp_path / "out" / "a.test.skipped.csv").read_text()
     assert "http://a.test/2/3/1,depth," in skipped and "http://a.test/2/3," not in skipped
+
+
+def test_a_lower_max_pages_leaves_out_the_last_queued_pages_until_it_grows(serve, tmp_path):
+    server = serve({"a.test": generated_site("a.test", 300, fanout=6)})
+    write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
+    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
+        assert server.wait_for_hits(30, timeout=RUN_TIMEOUT, alive=lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGTERM)
+        out, _err = proc.communicate(timeout=RUN_TIMEOUT)
+    assert "stopped" in out
+    done = len(read_nodes_of_state(tmp_path))
+    budget = done + 5
+    stopped_at = len(server.hits)
+    write_settings(tmp_path, server, crawl={"max_pages": budget})
+    lower = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
+    assert lower.returncode == 0, lower.stderr
+    assert f"changed: max_pages 0 → {budget}, crawl_delay_ms 20 → 0" in lower.stdout
+    assert f"{done} done, 5 waiting;" in resume_line(lower.stdout)
+    assert len(server.hits) - stopped_at == 5  # the five nearest of the queue, no more
+    report = json.loads((tmp_path / "out" / "report.json").read_text())["sites"]["a.test"]
+    assert report["pages_done"] == budget
+    assert report["stop_reason"] == f"max_pages reached ({budget})"
+    write_settings(tmp_path, server, crawl={"max_pages": budget + 10})
+    higher = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
+    assert higher.returncode == 0, higher.stderr
+    assert f"{budget} done, 10 waiting;" in resume_line(higher.stdout)
+    paths = pages_fetched(server)
+    assert len(paths) == len(set(paths)) == budget + 10  # none of them twice
+    assert len(read_nodes(tmp_path / "out")) == budget + 10
+
+
+def read_nodes_of_state(folder: Path) -> list[str]:
+    """The pages a stopped crawl has done, as ``status`` counts them."""
+    status = cli("status", "--config", "settings.yaml", "--json", cwd=folder)
+    return ["page"] * json.loads(status.stdout)["pages_done"]
 
 
 def test_a_changed_scope_rule_applies_to_the_pages_that_wait(serve, tmp_path):

@@ -144,12 +144,16 @@ class DataManager(ABC):
         """
 
     @abstractmethod
-    def admit_held(self, host: str, max_depth: int) -> int:
-        """Queue the links of ``host`` that the limits of an earlier run held back (too
-        deep, or over the page budget) and this run's limits admit: the URLs nearest the
-        start first, up to the page budget, each at its finder's level + 1, with the arcs
-        of every page that linked to it. A site that had ended gets work again (its stop
-        reason is cleared); one whose budget now has room is no longer at its budget.
+    def apply_limits(self, host: str, max_depth: int) -> int:
+        """Apply this run's page budget (``max_pages``) and ``max_depth`` to a site of a
+        saved crawl, whose last run had others.
+
+        A larger budget or depth queues what the last run held back: the pages a lower
+        budget skipped, then the links found too deep or over the budget, the URLs
+        nearest the start first, up to the budget, each at its finder's level + 1, with
+        the arcs of every page that linked to it; a site that had ended gets work again,
+        and one whose budget now has room is no longer at its budget. A smaller budget
+        skips the last-queued waiting pages beyond it (reason ``budget``).
 
         Returns:
             How many pages were queued.

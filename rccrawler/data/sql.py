@@ -545,7 +545,8 @@ class SQLDataManager(DataManager):
         cur.execute(self._sql("UPDATE hosts SET budget_hit = ? WHERE host = ?"), (False, host))
 
     def _on_waiting_ended(self, host: str, count: int) -> None:
-        """``count`` waiting pages of ``host`` were skipped at once (robots)."""
+        """``count`` waiting pages of ``host`` were skipped at once (robots, a lowered
+        budget); a negative count: skipped pages were queued again (a larger budget)."""
 
     # -- identity --------------------------------------------------------------
     def _lock_identity(self, cur: Cursor) -> None:
@@ -648,16 +649,28 @@ class SQLDataManager(DataManager):
             return len(rows)
 
     @retry_conflicts
-    def admit_held(self, host: str, max_depth: int) -> int:
+    def apply_limits(self, host: str, max_depth: int) -> int:
         with self._atomic() as cur:
             self._lock_sites(cur)
             data = self._find_host(cur, host)
             if data is None or data.stop_reason.startswith(BLOCKED_BY_ROBOTS):
                 return 0
-            cur.execute(self._sql("SELECT count(*) FROM pages WHERE host = ?"), (host,))
-            admitted = int((cur.fetchone() or (0,))[0])
             budget = self.limits.max_pages
-            room = max(0, budget - admitted) if budget else MAX_HELD
+            cur.execute(
+                self._sql(
+                    "SELECT count(*), coalesce(sum(CASE WHEN state = 'skipped' AND "
+                    "error_code = ? THEN 1 ELSE 0 END), 0) FROM pages WHERE host = ?"
+                ),
+                (SkipReason.BUDGET.value, host),
+            )
+            admitted, over_budget = (int(n) for n in cur.fetchone() or (0, 0))
+            counted = admitted - over_budget  # the pages the budget counts
+            if budget and counted > budget:
+                self._hold_over_budget(cur, host, counted - budget)
+                return 0
+            queued = self._queue_over_budget(cur, host, budget - counted if budget else MAX_HELD)
+            counted += queued
+            room = max(0, budget - counted) if budget else MAX_HELD
             level = "CASE WHEN p.id IS NULL THEN 1 ELSE p.level + 1 END"
             # The held links by their first finder (a sitemap's have none: level 1),
             # one more than there is room for, to tell whether the budget is hit again.
@@ -684,12 +697,50 @@ class SQLDataManager(DataManager):
                         self._sql(f"DELETE FROM skipped WHERE host = ? AND url IN ({marks})"),
                         (host, *chunk),
                     )
-                if data.stop_reason:
-                    data.stop_reason, data.finished_at = "", 0.0  # it has work again
-                    self._save_host(cur, data)
-            if len(held) <= room:  # every held link the depth admits fits the budget
-                self._on_budget_cleared(cur, host)
-            return len(rows)
+            if (rows or queued) and data.stop_reason:
+                data.stop_reason, data.finished_at = "", 0.0  # it has work again
+                self._save_host(cur, data)
+            if len(held) <= room and not self._over_budget_left(cur, host):
+                self._on_budget_cleared(cur, host)  # all it held fits the budget now
+            return queued + len(rows)
+
+    def _hold_over_budget(self, cur: Cursor, host: str, count: int) -> None:
+        """A lowered ``max_pages``: the last-queued waiting pages beyond it are skipped
+        (reason ``budget``), as links over the budget are; a larger budget queues them
+        again (:meth:`_queue_over_budget`)."""
+        cur.execute(
+            self._sql(
+                "UPDATE pages SET state = 'skipped', error_code = ? WHERE id IN (SELECT id FROM "
+                f"pages WHERE host = ? AND {_QUEUED} ORDER BY level DESC, id DESC LIMIT ?)"
+            ),
+            (SkipReason.BUDGET.value, host, count),
+        )
+        self._on_waiting_ended(host, cur.rowcount)
+        self._on_budget_hit(cur, host)
+
+    def _queue_over_budget(self, cur: Cursor, host: str, room: int) -> int:
+        """Queue again up to ``room`` pages a lowered budget skipped, nearest first."""
+        cur.execute(
+            self._sql(
+                "UPDATE pages SET state = 'waiting', error_code = '' WHERE id IN (SELECT id FROM "
+                "pages WHERE host = ? AND state = 'skipped' AND error_code = ? "
+                "ORDER BY level, id LIMIT ?)"
+            ),
+            (host, SkipReason.BUDGET.value, room),
+        )
+        queued = cur.rowcount
+        if queued:
+            self._on_waiting_ended(host, -queued)
+            self._wake_downloaders += queued
+        return queued
+
+    def _over_budget_left(self, cur: Cursor, host: str) -> bool:
+        cur.execute(
+            self._sql("SELECT 1 FROM pages WHERE host = ? AND state = 'skipped' AND error_code = ? "
+                      "LIMIT 1"),
+            (host, SkipReason.BUDGET.value),
+        )  # fmt: skip
+        return cur.fetchone() is not None
 
     def _insert_pages(
         self, cur: Cursor, host: str, rows: Sequence[tuple[str, str, str, int | None, int, str]]

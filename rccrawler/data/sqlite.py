@@ -575,6 +575,9 @@ class SQLiteDataManager(SQLDataManager):
         counters = self._counters[host]
         counters.by_state[PageState.WAITING] -= count
         counters.by_state[PageState.SKIPPED] += count
+        if count < 0:
+            self._add_candidate(host)  # pages wait again
+            self._queued(host, 0, 0)
 
     def stored_version(self) -> object | None:
         # data_version changes with another connection's commits, total_changes with
