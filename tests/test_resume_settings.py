@@ -90,6 +90,17 @@ def read_arcs(output: Path, host: str = "a.test") -> set[tuple[str, str]]:
         return {(url_of[row["from"]], url_of[row["to"]]) for row in csv.DictReader(handle)}
 
 
+def stop_after(server: Any, hits: int, cwd: Path) -> str:
+    """Run the crawl of ``cwd/settings.yaml`` until the server has answered ``hits``
+    requests, stop it with SIGTERM, and return what it printed (it says it stopped)."""
+    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=cwd) as proc:
+        assert server.wait_for_hits(hits, timeout=RUN_TIMEOUT, alive=lambda: proc.poll() is None)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0 and "stopped: run the same command to resume" in out, err
+    return out
+
+
 # -- crawl keys take effect ------------------------------------------------------------------
 
 
@@ -99,11 +110,7 @@ def test_a_stopped_crawl_resumed_with_a_lower_delay_paces_at_the_new_delay(
     server = serve({"a.test": generated_site("a.test", 30, fanout=4)})
     # 30 s between two requests: the first run gets robots.txt, then waits for "/".
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 30_000})
-    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        assert server.wait_for_hits(1, timeout=RUN_TIMEOUT, alive=lambda: proc.poll() is None)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=RUN_TIMEOUT)
-    assert proc.returncode == 0 and "stopped: run the same command to resume" in out, err
+    stop_after(server, 1, tmp_path)
     assert server.paths_for("a.test") == ["/robots.txt"]
     stopped_at = len(server.hits)
 
@@ -208,11 +215,7 @@ def test_a_finished_crawl_with_max_depth_raised_fetches_the_next_level(serve, tm
 def test_a_lower_max_pages_leaves_out_the_last_queued_pages_until_it_grows(serve, tmp_path):
     server = serve({"a.test": generated_site("a.test", 300, fanout=6)})
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
-    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        assert server.wait_for_hits(30, timeout=RUN_TIMEOUT, alive=lambda: proc.poll() is None)
-        proc.send_signal(signal.SIGTERM)
-        out, _err = proc.communicate(timeout=RUN_TIMEOUT)
-    assert "stopped" in out
+    stop_after(server, 30, tmp_path)
     done = len(read_nodes_of_state(tmp_path))
     budget = done + 5
     stopped_at = len(server.hits)
@@ -243,10 +246,7 @@ def read_nodes_of_state(folder: Path) -> list[str]:
 def test_a_changed_scope_rule_applies_to_the_pages_that_wait(serve, tmp_path):
     server = serve({"a.test": generated_site("a.test", 300, fanout=6)})
     write_settings(tmp_path, server, crawl={"crawl_delay_ms": 20})
-    with running("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path) as proc:
-        assert server.wait_for_hits(20, timeout=RUN_TIMEOUT, alive=lambda: proc.poll() is None)
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=RUN_TIMEOUT)
+    stop_after(server, 20, tmp_path)
     stopped_at = len(server.hits)
     write_settings(tmp_path, server, crawl={"exclude": ["7"]})
     resumed = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
