@@ -335,8 +335,8 @@ class ApplicationManager:
     def open(self) -> None:
         """Lock and open the state, check it belongs to this crawl, queue the sites.
 
-        A saved crawl takes this run's settings (SPEC §3): its sites' politeness, and the
-        links its last run's limits held back when ``max_pages`` or ``max_depth`` grew;
+        A saved crawl takes this run's settings (SPEC §3): its sites' politeness, and its
+        ``max_pages`` and ``max_depth`` (what the last run's limits held back is queued);
         a run that changes a key of :attr:`identity_keys` is refused (StateError) with
         the state as it was. :attr:`resume_note` says what was found and what changed.
         """
@@ -393,14 +393,17 @@ class ApplicationManager:
                 raise self.refusal("storage", "sqlite", self.run_settings().mapping["storage"])
             return resuming
         changes = settings_changes(saved.mapping, self.run_settings().mapping)
-        moved = any(key == "storage" for key, _old, _new in changes) and (
-            saved.mapping.get("storage") != "sqlite" or old_sqlite
-        )
-        if resuming or moved:
-            for key in self.identity_keys:
-                for changed, old, new in changes:
-                    if changed == key:
+        for key in self.identity_keys:
+            for changed, old, new in changes:
+                if changed != key:
+                    continue
+                if key == "storage":
+                    # Found in this run's storage, it is the crawl (another spelling of
+                    # the same server: check_identity tells); else it stayed in the last.
+                    if not resuming and (old != "sqlite" or old_sqlite):
                         raise self.refusal(key, old, new)
+                elif resuming:
+                    raise self.refusal(key, old, new)
         if resuming:
             self.changes = changes
         return resuming
@@ -415,12 +418,12 @@ class ApplicationManager:
         settings = self.settings
         saved_in = str(old) if key == "storage" else storage_without_password(settings.storage)
         if saved_in != "sqlite":
-            where = f"{settings.crawl_name!r} in {saved_in}"
+            where = f"{old if key == 'name' else settings.crawl_name!r} in {saved_in}"
         else:
             where = f"in {settings.state_dir}"
         if saved_in != "sqlite" and key != "storage":
-            hint = ("use the settings of the crawl that is there, or give this one another "
-                    "name (other workers may be running it)")  # fmt: skip
+            hint = ("other workers may be running it: use its settings, or give this crawl "
+                    "another name: in the settings (name:)")  # fmt: skip
         else:
             hint = "use --fresh to start over"
         was = f"belongs to manager {old!r}" if key == "manager" else f"was run with {key} {old!r}"

@@ -380,3 +380,35 @@ def test_the_last_runs_settings_are_kept_in_the_state_without_a_password(tmp_pat
     assert "s3cret" not in text and "postgresql://bot@db.example:5432/crawls" in text
     assert RunSettings.read(tmp_path / "state") == saved
     assert json.loads(text)["settings"]["crawl"]["include"] == ["/docs/"]
+
+
+def test_every_setting_is_kept_with_the_state_and_read_back_the_same(tmp_path):
+    """The last run's settings hold every key: a setting added to Settings without
+    a place in settings_mapping would be compared with nothing on resume."""
+    from dataclasses import fields
+
+    from rccrawler.config import CrawlSettings, Settings, settings_from_mapping, settings_mapping
+
+    raw = {
+        "sites": ["a.test", {"url": "b.test", "crawl": {"max_depth": 2, "headers": {"X": "1"}}}],
+        "manager": "plugins.search.SearchManager", "name": "n", "storage": "sqlite",
+        "state_dir": str(tmp_path / "s"), "output_dir": str(tmp_path / "o"),
+        "threads": {"downloading": 3, "parsing": 4, "one_core": False, "parse_worker": True},
+        "parser": "html5lib", "downloading_thread": "x.D", "parsing_thread": "x.P",
+        "routine_thread": "x.R", "finisher": "x.F", "unloaders": ["x.U"],
+        "crawl": {"max_pages": 7, "include": ["/a"], "exclude_regex": "b$", "from": "me@x",
+                  "timeout_s": 2.5, "resolve": {"a.test:80": "127.0.0.1:1"}, "cookies": False},
+        "search": {"language": "french"},
+    }  # fmt: skip
+    settings = settings_from_mapping(raw, allowed_sections=frozenset({"search"}))
+    mapping = settings_mapping(settings)
+    back = settings_from_mapping(mapping, allowed_sections=frozenset({"search"}))
+    assert back == settings
+    # Every field of the settings is one of the keys (a new one needs its place).
+    written = {"sites", "site_crawl", "manager", "name", "storage", "state_dir", "output_dir",
+               "downloading_threads", "parsing_threads", "one_core", "parse_worker", "parser",
+               "downloading_thread", "parsing_thread", "routine_thread", "finisher", "unloaders",
+               "crawl", "sections", "source"}  # fmt: skip
+    assert {f.name for f in fields(Settings)} == written
+    crawl_keys = {"from" if f.name == "from_" else f.name for f in fields(CrawlSettings)}
+    assert set(mapping["crawl"]) == crawl_keys
