@@ -715,8 +715,10 @@ class SQLDataManager(DataManager):
             ),
             (SkipReason.BUDGET.value, host, count),
         )
-        self._on_waiting_ended(host, cur.rowcount)
-        self._on_budget_hit(cur, host)
+        skipped = cur.rowcount
+        if skipped:  # (a finished site over a lower budget has nothing left to skip)
+            self._on_waiting_ended(host, skipped)
+            self._on_budget_hit(cur, host)
 
     def _queue_over_budget(self, cur: Cursor, host: str, room: int) -> int:
         """Queue again up to ``room`` pages a lowered budget skipped, nearest first."""
