@@ -29,12 +29,20 @@ from rccrawler.data.tables import TaskTable
 from rccrawler.exceptions import ConfigError, StateError
 from rccrawler.finisher import ApplicationFinisher
 from rccrawler.loading import dotted_path, importable_beside, load_class
-from rccrawler.records import HostData, RobotsState
+from rccrawler.policy import page_change
+from rccrawler.records import HostData, PageChange, RobotsState
 from rccrawler.state import STOP_FILE, RunSettings, SavedCookies, StateLock, discard_state_files
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
 from rccrawler.threads.routine import RoutineThread
-from rccrawler.unloaders import ReportUnloader, ResultUnloader, release_shared
+from rccrawler.unloaders import (
+    ReportUnloader,
+    ResultUnloader,
+    change_counts,
+    is_refresh,
+    release_shared,
+    site_pages,
+)
 from rccrawler.web.robots import RobotsRules
 from rccrawler.web.traps import QueryVariantLimit
 from rccrawler.web.urls import host_of, normalize_url, request_url
@@ -46,6 +54,8 @@ if TYPE_CHECKING:
 
     from rccrawler.config import CrawlSettings
     from rccrawler.context import StatusSink
+    from rccrawler.data.base import TaskRows
+    from rccrawler.records import PageData
     from rccrawler.threads.base import CrawlerThread
     from rccrawler.web.fetch import Fetcher
 
@@ -332,13 +342,17 @@ class ApplicationManager:
     def unlock_state(self) -> None:
         self.state_lock.release()
 
-    def open(self) -> None:
+    def open(self, *, refresh: bool = False) -> None:
         """Lock and open the state, check it belongs to this crawl, queue the sites.
 
         A saved crawl takes this run's settings (SPEC §3): its sites' politeness, and its
         ``max_pages`` and ``max_depth`` (what the last run's limits held back is queued);
         a run that changes a key of :attr:`identity_keys` is refused (StateError) with
         the state as it was. :attr:`resume_note` says what was found and what changed.
+
+        Args:
+            refresh: begin a new run of the crawl if its last run is over (SPEC §10);
+                one under way (a refresh that was stopped) resumes.
         """
         self.lock_state()
         try:
@@ -346,6 +360,11 @@ class ApplicationManager:
             self.stop_file.unlink(missing_ok=True)
             self.data.open()
             self.data.check_identity(dotted_path(type(self)))
+            new_run = self.data.begin_refresh() if refresh else None
+            if new_run is not None:
+                logger.info("refresh: run %d of the crawl begins", new_run)
+            elif refresh:
+                logger.info("refresh: the last run is not over yet, it resumes")
             recovered = self.data.recover()
             if recovered:
                 logger.info("resuming: %d pages in progress were queued again", recovered)
@@ -354,7 +373,9 @@ class ApplicationManager:
                 self.apply_limits()
             self.cookies.load()
             self.run_settings().save(self.state_dir)
-            if resuming:
+            if new_run is not None:
+                self.resume_note = self.describe_resume(f"refresh: run {new_run} begins")
+            elif resuming:
                 self.resume_note = self.describe_resume()
         except BaseException:
             self.data.close()
@@ -450,11 +471,13 @@ class ApplicationManager:
                 logger.info("%s: %d links held back by the last run's limits queued",
                             host.host, added)  # fmt: skip
 
-    def describe_resume(self) -> str:
-        """``resuming: N done, M waiting; changed: crawl_delay_ms 1000 → 0`` (SPEC §3)."""
-        stats = self.data.statistics()
-        done, waiting = sum(h.done for h in stats.hosts), sum(h.active for h in stats.hosts)
-        line = f"resuming: {done} done, {waiting} waiting"
+    def describe_resume(self, line: str = "") -> str:
+        """``resuming: N done, M waiting; changed: crawl_delay_ms 1000 → 0`` (SPEC §3), or
+        ``line`` (a refresh's) in place of what it resumes."""
+        if not line:
+            stats = self.data.statistics()
+            done = sum(h.done for h in stats.hosts)
+            line = f"resuming: {done} done, {sum(h.active for h in stats.hosts)} waiting"
         if not self._settings_known:
             return f"{line}; the last run's settings were not saved (this run's are)"
         if not self.changes:
@@ -511,14 +534,18 @@ class ApplicationManager:
         if self.context.large_pages is not None:
             self.context.large_pages.start()
 
-    def run(self) -> bool:
+    def run(self, *, refresh: bool = False) -> bool:
         """Run (or resume) the crawl until it is over or a stop is requested.
+
+        Args:
+            refresh: begin a new run of a finished crawl first (``--refresh``), when
+                :meth:`open` was not called yet.
 
         Returns:
             True when the crawl finished, False when it was stopped (resumable).
         """
         if not self._opened:  # the command line opens it first, to print resume_note
-            self.open()
+            self.open(refresh=refresh)
         self._started = time.monotonic()
         run_log = RunLog(self.state_dir)
         run_log.begin()
@@ -542,6 +569,7 @@ class ApplicationManager:
             if self.finished:
                 with self.data.elected("unload") as elected:
                     if elected:
+                        self.finish_run()
                         self.unload()
             return self.finished
         finally:
@@ -558,6 +586,39 @@ class ApplicationManager:
             self.data.close()
             self.stop_file.unlink(missing_ok=True)
             self.unlock_state()
+
+    def finish_run(self) -> None:
+        """The run is over: record what changed in it (a refresh), after the task's
+        :meth:`process_removed` had its say about each page it removed."""
+        changes: dict[str, dict[str, int]] = {}
+        rows: dict[int, TaskRows] = {}
+        if is_refresh(self.context):
+            self.data.forget_unreached()  # before the graph is read: they are no nodes
+            for host in self.data.hosts():
+                changes[host.host] = change_counts(self.context, host.host)
+                for page in site_pages(self.context, host.host):
+                    change = page_change(page)
+                    if change in (PageChange.REMOVED, PageChange.REDIRECTED):
+                        page_rows = self.process_removed(page, change)
+                        if page_rows:
+                            rows[page.id] = page_rows
+        self.data.finish_run(changes, rows)
+
+    def process_removed(self, page: PageData, change: PageChange) -> TaskRows | None:
+        """Hook for crawl tasks, at the end of a refresh (SPEC §10): a page of the last
+        run's graph that is not in this one (``removed``: not reached any more, or an
+        error, another type...; ``redirected``: its URL redirects now). Its rows in the
+        task's per-page tables are deleted with its links; rows returned here are
+        stored for it instead (a tombstone, say). Runs once per such page, on the
+        process that writes the output, before the unloaders. None (the default)
+        keeps nothing.
+
+        Args:
+            page: the page as this run left it, with what the last run knew of it in its
+                ``prev_`` fields (``prev_url``, ``prev_hash``…).
+            change: ``removed`` or ``redirected``.
+        """
+        return None
 
     def close_workers(self) -> None:
         """End the worker processes of the crawl's threads (they are done with them)."""

@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from rccrawler.records import DownloadResult, FoundLink, HostData, PageData, PageId, SkipReason
+from rccrawler.records import (
+    DownloadResult,
+    FoundLink,
+    HostData,
+    PageChange,
+    PageData,
+    PageId,
+    PageState,
+    SkipReason,
+)
 from rccrawler.web.html import HTML_MEDIA_TYPES
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -139,6 +148,10 @@ class DownloadVerdict(StrEnum):
     """2xx that is not HTML (or not 200): done without being a node (SPEC §5.4)."""
     HTML = "html"
     """200 HTML: a node, unless its body duplicates a known page (SPEC §5.7)."""
+    UNCHANGED = "unchanged"
+    """A refresh found a page the last run parsed unchanged: ``304 Not Modified`` to its
+    conditional request, or 200 HTML with the same body. Not parsed again; its links
+    stand (SPEC §10)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,9 +172,14 @@ class DownloadOutcome:
 
 
 def decide_download(
-    page: PageData, result: DownloadResult, host: HostData, now: float, limits: CrawlLimits
+    page: PageData,
+    result: DownloadResult,
+    host: HostData,
+    now: float,
+    limits: CrawlLimits,
+    content_hash: str = "",
 ) -> DownloadOutcome:
-    """Decide what a response (or a failed request) means (SPEC §5.4, §5.9).
+    """Decide what a response (or a failed request) means (SPEC §5.4, §5.9, §10).
 
     Args:
         page: the leased page, with the attempts made before this one.
@@ -169,6 +187,7 @@ def decide_download(
         host: a copy of the page's host; the returned one carries the changes.
         now: the clock of the storage (the database's, for shared crawls).
         limits: the crawl's numbers.
+        content_hash: the body's hash (of a 200), to tell an unchanged page on a refresh.
     """
     host = replace(host)
     changed = False
@@ -197,6 +216,11 @@ def decide_download(
             host_changed=changed, answered=False,
         )  # fmt: skip
     code = status or 0
+    if is_unchanged(page, result, content_hash):
+        return DownloadOutcome(
+            verdict=DownloadVerdict.UNCHANGED, attempts=attempts, status=200, host=host,
+            host_changed=changed,
+        )  # fmt: skip
     if code == 200 and is_html(result.content_type):
         return DownloadOutcome(
             verdict=DownloadVerdict.HTML, attempts=attempts, status=200, host=host,
@@ -210,6 +234,114 @@ def decide_download(
         verdict=verdict, attempts=attempts, status=code, error=error, host=host,
         host_changed=changed,
     )  # fmt: skip
+
+
+# -- refresh (SPEC §10) ---------------------------------------------------------
+MAX_VALIDATOR_LENGTH = 512
+"""An ``ETag`` or ``Last-Modified`` longer than this is not kept (nor sent back): a
+validator is a short token or a date, and a hostile server must not grow every row."""
+
+
+def validator(value: str) -> str:
+    """A response's ``ETag`` or ``Last-Modified`` as kept for the next run ('' if unusable)."""
+    value = value.strip()
+    if len(value) > MAX_VALIDATOR_LENGTH or not value.isprintable():
+        return ""
+    return value
+
+
+def last_visit(page: PageData) -> PageData:
+    """The page as the last run that reached it left it (its ``prev_`` fields), as a
+    PageData: :func:`page_status` and the tasks' own rules read either visit alike."""
+    return PageData(
+        id=page.id, host=page.host, url=page.prev_url, normalized_url=page.prev_url,
+        state=PageState(page.prev_state) if page.prev_state else PageState.UNREACHED,
+        http_status=page.prev_http_status, error_code=page.prev_error_code,
+        content_hash=page.prev_hash,
+    )  # fmt: skip
+
+
+def is_node(page: PageData) -> bool:
+    """A page of the graph (SPEC §5.4): answered 200 with HTML; a duplicate is one too
+    (``H.nodes.csv`` lists it with ``duplicate_of``), a redirect alias is not."""
+    return (
+        page.state is PageState.DONE and page.http_status == 200 and page.error_code != "redirect"
+    )
+
+
+def page_status(page: PageData) -> str:
+    """What ``H.changes.csv`` says of a page: ``200`` for a node, the HTTP status or
+    error name of an error, ``redirect`` for an alias, the skip reason of a page not
+    crawled, '' for one not reached (or not fetched yet)."""
+    if page.state is PageState.DONE:
+        return "redirect" if page.error_code == "redirect" else str(page.http_status or 200)
+    if page.state is PageState.ERROR:
+        return str(page.http_status) if page.http_status else page.error_code or "error"
+    if page.state is PageState.SKIPPED:
+        return page.error_code or "skipped"
+    return ""
+
+
+def revisits(page: PageData) -> bool:
+    """Whether a page is revisited on a refresh: the last run parsed it as a node, at
+    this same URL. Only such a page may be found unchanged (its links stand); any other
+    is fetched and parsed as if new (a duplicate before may be the one page of its
+    body now, an alias may answer 200 now, a moved page resolves links anew)."""
+    return (
+        page.parsed
+        and page.prev_state == PageState.DONE
+        and page.prev_http_status == 200
+        and page.prev_error_code == ""
+        and bool(page.prev_hash)
+        and page.prev_url == page.normalized_url
+    )
+
+
+def conditional_headers(page: PageData) -> dict[str, str]:
+    """``If-None-Match``/``If-Modified-Since`` for a revisited page that had validators
+    (RFC 9110 §13.1), so that an unchanged page costs a ``304`` and no body."""
+    if not revisits(page):
+        return {}
+    headers = {}
+    if page.etag:
+        headers["If-None-Match"] = page.etag
+    if page.last_modified:
+        headers["If-Modified-Since"] = page.last_modified
+    return headers
+
+
+def is_unchanged(page: PageData, result: DownloadResult, content_hash: str) -> bool:
+    """Whether a refresh's answer says the page is as the last run parsed it: ``304 Not
+    Modified`` to its conditional request, or 200 HTML with the same body (a server
+    without validators, or one that ignores them)."""
+    if not revisits(page):
+        return False
+    if result.status == 304:
+        return bool(conditional_headers(page))
+    return result.status == 200 and is_html(result.content_type) and content_hash == page.prev_hash
+
+
+def page_change(page: PageData, *, run_over: bool = True) -> PageChange | None:
+    """What became of a page since the last run (SPEC §10); None when it was no node in
+    either (an error both times, a link never crawled...).
+
+    Args:
+        page: the page with its ``prev_`` fields.
+        run_over: whether this run is over: until then a page not reached yet may still
+            be reached, and is not called removed.
+    """
+    was = is_node(last_visit(page))
+    now = is_node(page)
+    if page.state is PageState.UNREACHED and not run_over:
+        return None
+    if not was:
+        return PageChange.ADDED if now else None
+    moved = page.normalized_url != page.prev_url
+    if moved or (page.state is PageState.DONE and page.error_code == "redirect"):
+        return PageChange.REDIRECTED
+    if not now:
+        return PageChange.REMOVED
+    return PageChange.UNCHANGED if page.content_hash == page.prev_hash else PageChange.CHANGED
 
 
 # -- redirects ---------------------------------------------------------------

@@ -26,6 +26,27 @@ class PageState(StrEnum):
     """Finished with an error (HTTP 4xx/5xx, timeout, redirect loop...)."""
     SKIPPED = "skipped"
     """Finished without being a node (not HTML, robots, redirect off the site...)."""
+    UNREACHED = "unreached"
+    """Known from an earlier run of the crawl and not reached yet in this one (a refresh,
+    SPEC §10): a link from a page of this run makes it waiting again; one that no link
+    reaches by the end of the run is removed."""
+
+
+class PageChange(StrEnum):
+    """What became of a page since the last run of the crawl (SPEC §10, ``H.changes.csv``)."""
+
+    ADDED = "added"
+    """A node now, and not one in the last run (new, or back, or no longer an error)."""
+    REMOVED = "removed"
+    """A node in the last run, and not one now: not reached any more, an error (404,
+    410...), or no longer HTML or allowed."""
+    CHANGED = "changed"
+    """A node in both runs, with another body."""
+    UNCHANGED = "unchanged"
+    """A node in both runs, with the same body (or a ``304 Not Modified``)."""
+    REDIRECTED = "redirected"
+    """A node in the last run whose URL now redirects (to a page of the site, or to a new
+    URL that is then a page of its own)."""
 
 
 class SkipReason(StrEnum):
@@ -128,6 +149,25 @@ class PageData:
     truncated: bool = False
     referer: str = ""
     """The URL of the page where this link was found (for the Referer header)."""
+    etag: str = ""
+    """The ``ETag`` of the page's last 200 answer ('' when it sent none): a refresh asks
+    with ``If-None-Match``."""
+    last_modified: str = ""
+    """The ``Last-Modified`` of the page's last 200 answer: a refresh asks with
+    ``If-Modified-Since``."""
+    nofollow: bool = False
+    """Its last parse said ``nofollow``: a refresh that finds it unchanged does not follow
+    its links either."""
+    prev_run: int = 0
+    """The last run before this one that reached the page (0: none)."""
+    prev_url: str = ""
+    """The ``prev_`` fields: the page as the last run left it (its normalized URL, state,
+    status, error and body hash; the state is ``unreached`` when that run did not reach
+    it, '' before any refresh). See :func:`rccrawler.policy.last_visit`."""
+    prev_state: str = ""
+    prev_http_status: int | None = None
+    prev_error_code: str = ""
+    prev_hash: str = ""
     robots_tags: tuple[str, ...] = field(default=(), metadata={"stored": False})
     """The ``X-Robots-Tag`` values of its response, for its parse: not stored, as its
     body is not (a page whose parse was lost is fetched again)."""
@@ -213,6 +253,26 @@ class DownloadResult:
     """The request and response heads, when a response came (for archiving tasks)."""
     robots_tags: tuple[str, ...] = ()
     """The response's ``X-Robots-Tag`` header values, as sent."""
+    etag: str = ""
+    """The response's ``ETag`` (a validator for the next run's conditional request)."""
+    last_modified: str = ""
+    """The response's ``Last-Modified``."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlRun:
+    """One run of a crawl: the first, or a refresh (SPEC §10)."""
+
+    run: int
+    """Numbered from 1 (the first crawl)."""
+    kind: str
+    """``crawl`` or ``refresh``."""
+    started_at: float
+    """Wall-clock time (time.time()) when it began."""
+    finished_at: float = 0.0
+    """When it ended, every site done (0: under way, or stopped)."""
+    changes: str = ""
+    """What changed in it, per site (JSON: host → change → pages), once finished."""
 
 
 @dataclass(frozen=True, slots=True)

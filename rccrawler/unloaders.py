@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rccrawler.data.runlog import RunLog
-from rccrawler.records import PageArc, PageData, PageState, SkipReason
+from rccrawler.policy import is_node, last_visit, page_change, page_status, redirect_chain
+from rccrawler.records import PageArc, PageChange, PageData, PageId, PageState, SkipReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from rccrawler.context import CrawlContext
     from rccrawler.data.base import DataManager
     from rccrawler.finisher import ApplicationFinisher
-    from rccrawler.records import HostData, HostStats
+    from rccrawler.records import CrawlRun, HostData, HostStats
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -317,6 +318,99 @@ def graph_arcs(
         yield arc
 
 
+# -- what changed since the last run (SPEC §10) ------------------------------------------
+CHANGES_HEADER = (
+    "url", "change", "old_status", "new_status", "old_hash", "new_hash", "old_run", "new_run",
+    "redirect_to",
+)  # fmt: skip
+"""``H.changes.csv``: one row per page that was a node in the last run or is one now."""
+ARC_CHANGES_HEADER = ("from_url", "to_url", "change")
+"""``H.arcs_changes.csv``: the arcs of the graph added or removed since the last run."""
+
+
+def crawl_runs(context: CrawlContext) -> list[CrawlRun]:
+    """The crawl's runs, read once for all the unloaders (the last is the current one)."""
+    return shared_result(context, "runs", "", context.data.runs)
+
+
+def is_refresh(context: CrawlContext) -> bool:
+    """Whether the crawl's current run is a refresh (then the change files are written)."""
+    runs = crawl_runs(context)
+    return len(runs) > 1
+
+
+def change_rows(page: PageData, change: PageChange, run: int) -> list[tuple[object, ...]]:
+    """A page's rows of ``H.changes.csv`` (two for a page that moved to a new URL: the
+    old one redirected, the new one added), in :data:`CHANGES_HEADER` order."""
+    before = last_visit(page)
+    reached_before = page.prev_state not in ("", PageState.UNREACHED)
+    old = (page_status(before), before.content_hash, page.prev_run or "") if reached_before else (
+        "", "", "")  # fmt: skip
+    reached = page.state is not PageState.UNREACHED
+    new = (page_status(page), page.content_hash, run) if reached else ("", "", "")
+    if change is not PageChange.REDIRECTED:
+        url = page.normalized_url if reached or not page.prev_url else page.prev_url
+        return [(url, change.value, old[0], new[0], old[1], new[1], old[2], new[2], "")]
+    if page.normalized_url == page.prev_url:  # an alias of another page now
+        target = redirect_chain(page)[-1]
+        return [(page.prev_url, change.value, old[0], "redirect", old[1], "", old[2], new[2],
+                 target)]  # fmt: skip
+    rows: list[tuple[object, ...]] = [
+        (page.prev_url, change.value, old[0], "redirect", old[1], "", old[2], new[2],
+         page.normalized_url)
+    ]  # fmt: skip
+    if is_node(page):
+        rows.append((page.normalized_url, PageChange.ADDED.value, "", new[0], "", new[1], "",
+                     new[2], ""))  # fmt: skip
+    return rows
+
+
+def site_change_rows(context: CrawlContext, host: str) -> Iterator[tuple[object, ...]]:
+    """The rows of a site's ``H.changes.csv``, by page id; a page not reached yet is not
+    called removed until the run is over (``export`` of a refresh under way)."""
+    run = crawl_runs(context)[-1].run
+    for page in site_pages(context, host):
+        change = page_change(page, run_over=context.finished)
+        if change is not None:
+            yield from change_rows(page, change, run)
+
+
+def site_arc_changes(context: CrawlContext, host: str) -> Iterator[tuple[str, str, str]]:
+    """(from URL, to URL, ``added`` or ``removed``) of the arcs of a site's graph that
+    this run added or removed, by page ids: the arcs as the last run left them, merged
+    with those of now (both sorted, read as streams)."""
+    urls: dict[int, tuple[str, str]] = {
+        page.id: (page.prev_url or page.normalized_url, page.normalized_url)
+        for page in site_pages(context, host)
+    }
+    old = (arc for arc in context.data.iter_last_arcs(host) if arc.from_id != arc.to_id)
+    new = iter(site_arcs(context, host))
+    end = PageArc(PageId(1 << 62), PageId(1 << 62))
+    before, after = next(old, end), next(new, end)
+    while before != end or after != end:
+        if before == after:
+            before, after = next(old, end), next(new, end)
+        elif before < after:
+            yield urls[before.from_id][0], urls[before.to_id][0], "removed"
+            before = next(old, end)
+        else:
+            yield urls[after.from_id][1], urls[after.to_id][1], "added"
+            after = next(new, end)
+
+
+def change_counts(context: CrawlContext, host: str) -> dict[str, int]:
+    """How many pages of a site each change holds (every kind named, 0 too), and how
+    many arcs were added and removed: what report.json and the runs record say."""
+
+    def count() -> dict[str, int]:
+        counts: Counter[str] = Counter({change.value: 0 for change in PageChange})
+        counts.update(str(row[1]) for row in site_change_rows(context, host))
+        arcs = Counter(change for _from, _to, change in site_arc_changes(context, host))
+        return {**counts, "arcs_added": arcs["added"], "arcs_removed": arcs["removed"]}
+
+    return shared_result(context, "change counts", host, count)
+
+
 def site_counts(
     context: CrawlContext,
     finisher: ApplicationFinisher,
@@ -366,17 +460,38 @@ def build_report(context: CrawlContext, finisher: ApplicationFinisher) -> dict[s
         host.host: site_counts(context, finisher, host, run_log, stats.taken_at)
         for host in stats.hosts
     }
+    crawl_run = crawl_runs(context)[-1]
+    refresh = is_refresh(context)
+    if refresh:
+        history = {run.run: json.loads(run.changes) for run in crawl_runs(context) if run.changes}
+        for host, site in sites.items():
+            site["changes"] = {"run": crawl_run.run, "since_run": crawl_run.run - 1,
+                               **change_counts(context, host)}  # fmt: skip
+            site["changes_by_run"] = [
+                {"run": run, **counts[host]}
+                for run, counts in sorted(history.items())
+                if host in counts and run != crawl_run.run
+            ] + [site["changes"]]
     runs = run_log.intervals()
+    # A refresh's time is its own: from when it began (its stops left out).
+    elapsed = (
+        run_log.active_seconds(crawl_run.started_at, stats.taken_at)
+        if refresh
+        else sum(end - start for start, end in runs)
+    )
     return {
         "manager": context.settings.manager,
         "finished": context.finished,
         "stop_reason": context.stop_reason,
+        "run": crawl_run.run,
+        "run_kind": crawl_run.kind,
+        "run_started_at": crawl_run.started_at,
         "pages_done": sum(site["pages_done"] for site in sites.values()),
         "errors": sum(site["errors"] for site in sites.values()),
         "duplicates": sum(site["duplicates"] for site in sites.values()),
         "skipped": sum(site["skipped"] for site in sites.values()),
         "bytes": stats.bytes,
-        "elapsed_s": round(sum(end - start for start, end in runs), 3),
+        "elapsed_s": round(elapsed, 3),
         "runs": len(runs),
         "failed_sites": {host: site["failed"] for host, site in sites.items() if site["failed"]},
         "sites": sites,

@@ -179,6 +179,24 @@ class CrawlResult:
             self.graphs[host] = SiteGraph(nodes, arcs, skipped)
         return self.graphs[host]
 
+    def changes(self, host: str) -> list[dict[str, str]]:
+        """The rows of a refresh's ``H.changes.csv``."""
+        return read_csv(self.output_dir / f"{host_file_stem(host)}.changes.csv")
+
+    def changes_by_url(self, host: str) -> dict[str, str]:
+        """URL → change, from ``H.changes.csv``."""
+        return {row["url"]: row["change"] for row in self.changes(host)}
+
+    def arc_changes(self, host: str) -> set[tuple[str, str, str]]:
+        """(from URL, to URL, change) of a refresh's ``H.arcs_changes.csv``."""
+        rows = read_csv(self.output_dir / f"{host_file_stem(host)}.arcs_changes.csv")
+        return {(row["from_url"], row["to_url"], row["change"]) for row in rows}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
 
 class CrawlRunner:
     """Writes a settings.yaml under a folder and runs the crawl in this process.
@@ -236,11 +254,14 @@ class CrawlRunner:
             if is_shared(settings):
                 discard_storage(settings)
 
-    def run(self, sites: list[str], resolve: dict[str, str], **options: Any) -> CrawlResult:
+    def run(
+        self, sites: list[str], resolve: dict[str, str], *, refresh: bool = False, **options: Any
+    ) -> CrawlResult:
+        """Run (or resume) the crawl; ``refresh`` begins a new run of a finished one."""
         path = self.settings_file(sites, resolve, **options)
         manager_cls, settings = load_settings(path)
         manager = manager_cls(settings)
-        finished = manager.run()
+        finished = manager.run(refresh=refresh)
         report_path = settings.output_dir / "report.json"
         report = json.loads(report_path.read_text()) if report_path.exists() else {}
         return CrawlResult(finished, settings.output_dir, report, manager)

@@ -51,8 +51,8 @@ class ArchiveManager(WebGraphManager):
         super().check_settings(settings)
         archive_settings(settings)
 
-    def open(self) -> None:
-        super().open()
+    def open(self, *, refresh: bool = False) -> None:
+        super().open(refresh=refresh)
         # After the state lock: no other run of this crawl writes these files.
         self.archive.recover()
 

@@ -15,6 +15,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from rccrawler.policy import is_node
 from rccrawler.unloaders import shared_result, site_arcs, site_pages
 
 if TYPE_CHECKING:
@@ -137,7 +138,6 @@ def analyse(
 def site_analysis(context: CrawlContext, host: str) -> LinkAnalysis:
     """The link analysis of one site of a finished crawl, computed once per crawl
     (the CSV, GraphML and HTML unloaders all need it)."""
-    from plugins.webgraph.unloaders import is_node  # it imports this module
 
     def compute() -> LinkAnalysis:
         # A duplicate is not a node of its own: its links count for the page it duplicates.

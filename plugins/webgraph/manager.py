@@ -6,7 +6,12 @@ import sys
 from typing import TYPE_CHECKING, ClassVar
 
 from plugins.webgraph.report import HtmlReportUnloader
-from plugins.webgraph.unloaders import CsvGraphUnloader, GraphMLUnloader, SkippedUnloader
+from plugins.webgraph.unloaders import (
+    ChangesUnloader,
+    CsvGraphUnloader,
+    GraphMLUnloader,
+    SkippedUnloader,
+)
 from rccrawler.commands import EXIT_OK, EXIT_USAGE
 from rccrawler.manager import ApplicationManager, TaskCommand
 from rccrawler.unloaders import ReportUnloader, ResultUnloader
@@ -51,6 +56,7 @@ class WebGraphManager(ApplicationManager):
         CsvGraphUnloader,
         GraphMLUnloader,
         SkippedUnloader,
+        ChangesUnloader,
         ReportUnloader,
         HtmlReportUnloader,
     )

@@ -7,13 +7,18 @@ from collections import Counter
 from typing import TYPE_CHECKING, ClassVar
 
 from plugins.webgraph.analysis import site_analysis
-from rccrawler.records import PageData, PageState
+from rccrawler.policy import is_node
 from rccrawler.unloaders import (
+    ARC_CHANGES_HEADER,
+    CHANGES_HEADER,
     ResultUnloader,
     atomic_write,
     host_file_stem,
+    is_refresh,
     page_skip_reason,
+    site_arc_changes,
     site_arcs,
+    site_change_rows,
     site_pages,
     site_skipped,
 )
@@ -23,20 +28,12 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from plugins.webgraph.analysis import LinkAnalysis
-    from rccrawler.records import HostData
+    from rccrawler.records import HostData, PageData
 
 NODE_HEADER = (
     "id", "url", "level", "status", "content_type", "content_hash", "duplicate_of", "out_degree",
     "in_degree", "pagerank",
 )  # fmt: skip
-
-
-def is_node(page: PageData) -> bool:
-    """A page of the graph (SPEC §5.4): answered 200 with HTML; a duplicate is listed with
-    duplicate_of set (in the CSV and the GraphML alike), a redirect alias is not listed."""
-    return (
-        page.state is PageState.DONE and page.http_status == 200 and page.error_code != "redirect"
-    )
 
 
 def graph_nodes(unloader: ResultUnloader, host: str) -> Iterator[PageData]:
@@ -149,6 +146,25 @@ class SkippedUnloader(ResultUnloader):
                     writer.writerow((page.normalized_url, reason, page.referer))
             writer.writerows(site_skipped(self.context, host.host))
         return [path]
+
+
+class ChangesUnloader(ResultUnloader):
+    """Writes, after a refresh (SPEC §10), ``H.changes.csv`` (every page of the last run's
+    graph or of this one: added, removed, changed, unchanged or redirected, with its old
+    and new status, body hash and run) and ``H.arcs_changes.csv`` (the arcs added and
+    removed). A first run writes neither: everything in it is new."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.changes.csv", "{stem}.arcs_changes.csv")
+
+    def unload(self) -> list[Path]:
+        if not is_refresh(self.context):
+            return []
+        context = self.context
+        return self.write_site_csvs(
+            "changes.csv", CHANGES_HEADER, lambda host: site_change_rows(context, host)
+        ) + self.write_site_csvs(
+            "arcs_changes.csv", ARC_CHANGES_HEADER, lambda host: site_arc_changes(context, host)
+        )
 
 
 def _link_columns(analysis: LinkAnalysis, page: PageData) -> tuple[int | str, str]:

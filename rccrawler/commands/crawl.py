@@ -11,9 +11,11 @@ if TYPE_CHECKING:
     import argparse
 
 
-def crawl_command(args: argparse.Namespace, *, fresh: bool, tui: bool | None = None) -> int:
+def crawl_command(
+    args: argparse.Namespace, *, fresh: bool, refresh: bool = False, tui: bool | None = None
+) -> int:
     """Run or resume the crawl that ``--config``, ``--state`` or the URLs name, with the
-    ``-s`` overrides (``args.set``)."""
+    ``-s`` overrides (``args.set``); ``refresh`` begins a new run of a finished one."""
     from rccrawler.commands.selection import crawl_of_state, quick_crawl
 
     if args.config:
@@ -24,4 +26,4 @@ def crawl_command(args: argparse.Namespace, *, fresh: bool, tui: bool | None = N
         manager_cls, settings = crawl_of_state(args.state, args.set)
     else:
         manager_cls, settings = quick_crawl(args.urls, args.set)
-    return start_crawl(manager_cls, settings, fresh=fresh, tui=tui)
+    return start_crawl(manager_cls, settings, fresh=fresh, refresh=refresh, tui=tui)

@@ -80,9 +80,14 @@ def _parser(task_commands: Mapping[str, TaskCommand]) -> argparse.ArgumentParser
         "settings as they are now",
         named,
     )
-    crawl.add_argument("--fresh", action="store_true",
+    again = crawl.add_mutually_exclusive_group()
+    again.add_argument("--fresh", action="store_true",
                        help="discard the crawl's saved state and output files first "
                        "(never other files); refused while the crawl runs")  # fmt: skip
+    again.add_argument("--refresh", action="store_true",
+                       help="a new run of a finished crawl: every page asked again (with "
+                       "If-None-Match/If-Modified-Since), and what changed since the last "
+                       "run written (H.changes.csv); a refresh under way resumes")  # fmt: skip
     crawl.add_argument("--no-tui", action="store_true", help="plain log lines, no live view")
     crawl.add_argument("-s", "--set", action="append", default=[], metavar="KEY=VALUE",
                        help="a setting for this run, over the file's or the defaults, e.g. "
@@ -277,7 +282,7 @@ def _command(argv: Sequence[str] | None) -> int:
                 parser.error("crawl: give --config FILE, --state DIR, or the URLs of the sites "
                              "to crawl (one of them)")  # fmt: skip
             tui = False if args.no_tui else None
-            return crawl_command(args, fresh=args.fresh, tui=tui)
+            return crawl_command(args, fresh=args.fresh, refresh=args.refresh, tui=tui)
         if not (args.config or args.state or args.urls):
             parser.error(f"{args.command}: give --config FILE, --state DIR or the URLs of a "
                          "quick crawl")  # fmt: skip

@@ -23,9 +23,11 @@ def start_crawl(
     settings: Settings,
     *,
     fresh: bool,
+    refresh: bool = False,
     tui: bool | None = None,
 ) -> int:
-    """Build the crawl's manager, discard its own files first with ``--fresh``, run it."""
+    """Build the crawl's manager, discard its own files first with ``--fresh``, run it
+    (a new run of it with ``--refresh``)."""
     from rccrawler.commands.fresh import start_fresh
     from rccrawler.config import check_writable_dirs
 
@@ -33,11 +35,15 @@ def start_crawl(
     manager = manager_cls(settings)
     if fresh:
         start_fresh(manager)  # refused (StateError, exit 2) while the crawl runs
-    return run_manager(manager, tui=tui)
+    return run_manager(manager, tui=tui, refresh=refresh)
 
 
 def run_manager(
-    manager: ApplicationManager, *, summary: bool = True, tui: bool | None = None
+    manager: ApplicationManager,
+    *,
+    summary: bool = True,
+    tui: bool | None = None,
+    refresh: bool = False,
 ) -> int:
     """Run a crawl; the first SIGINT/SIGTERM stops it cleanly, a second at once.
 
@@ -48,6 +54,7 @@ def run_manager(
         manager: the crawl to run.
         summary: print the report at the end.
         tui: show the live status view; None means "when stdout is a terminal".
+        refresh: begin a new run of the finished crawl (``--refresh``).
     """
     if tui is None:
         tui = sys.stdout.isatty()
@@ -66,7 +73,7 @@ def run_manager(
                 view.start()
             # Opened here, not in run(): a resumed crawl says what it found and what
             # changed first (the live view prints it above itself).
-            manager.open()
+            manager.open(refresh=refresh)
             if manager.resume_note:
                 print(terminal_safe(manager.resume_note), flush=True)
             finished = manager.run()
@@ -115,17 +122,31 @@ def print_summary(
     """
     if tui is None:
         tui = sys.stdout.isatty()
+    sites = report.get("sites", {})
+    assert isinstance(sites, dict)
     if tui:
         from rccrawler.ui.status import print_report
 
         print_report(report, manager.settings.output_dir)
-        return
-    sites = report.get("sites", {})
-    assert isinstance(sites, dict)
+    else:
+        for host, site in sites.items():
+            print(terminal_safe(
+                f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
+                f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
+                f"{site['elapsed_s']} s — {site['stop_reason']}"
+            ))  # fmt: skip
     for host, site in sites.items():
-        print(terminal_safe(
-            f"{host}: {site['pages_done']} pages, {site['errors']} errors, "
-            f"{site['duplicates']} duplicates, {site['bytes']} bytes, "
-            f"{site['elapsed_s']} s — {site['stop_reason']}"
-        ))  # fmt: skip
-    print(f"results in {manager.settings.output_dir}")
+        if "changes" in site:
+            print(terminal_safe(f"{host}: {changes_line(site['changes'])}"))
+    if not tui:
+        print(f"results in {manager.settings.output_dir}")
+
+
+def changes_line(changes: dict[str, int]) -> str:
+    """A refresh's changes of one site in a line: ``since run 1: 3 changed, …``."""
+    kinds = ("changed", "added", "removed", "redirected", "unchanged")
+    counts = ", ".join(f"{changes.get(kind, 0)} {kind}" for kind in kinds)
+    return (
+        f"since run {changes['since_run']}: {counts}; arcs {changes.get('arcs_added', 0)} "
+        f"added, {changes.get('arcs_removed', 0)} removed"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING
 
 from rccrawler.commands import EXIT_FAILED, EXIT_OK
@@ -25,6 +26,7 @@ def status_command(settings: Settings, *, as_json: bool) -> int:
         return EXIT_FAILED
     with open_storage(settings) as data:
         stats = data.statistics()
+        runs = data.runs()
         # SQLite: the state lock is held; PostgreSQL: a worker's advisory lock is.
         running = data.live_workers() > 0 if is_shared(settings) else (
             state_in_use(settings.state_dir))  # fmt: skip
@@ -42,10 +44,18 @@ def status_command(settings: Settings, *, as_json: bool) -> int:
         }
         for h in stats.hosts
     ]  # fmt: skip
+    run = runs[-1] if runs else None
     if as_json:
         print(json.dumps({"running": running, "sites": rows,
-                          "pages_done": sum(h.done for h in stats.hosts)}))  # fmt: skip
+                          "pages_done": sum(h.done for h in stats.hosts),
+                          "run": run.run if run else None, "run_kind": run.kind if run else None,
+                          "run_started_at": run.started_at if run else None}))  # fmt: skip
         return EXIT_OK
+    if run is not None:
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(run.started_at))
+        over = ", finished" if run.finished_at else ""
+        print(f"run {run.run} ({'first crawl' if run.kind == 'crawl' else run.kind}), "
+              f"started {started}{over}")  # fmt: skip
     print(
         f"{'host':30} {'done':>7} {'waiting':>8} {'running':>8} {'parsing':>8} {'errors':>7} "
         f"{'dups':>6}  stop reason"

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rccrawler.records import (
+        CrawlRun,
         CrawlStats,
         DownloadResult,
         FoundLink,
@@ -21,8 +22,10 @@ if TYPE_CHECKING:
         SkipReason,
     )
 
-SCHEMA_VERSION = 3
-"""2: host rows in columns on every backend, and task tables; 3: no max_crawl_level."""
+SCHEMA_VERSION = 4
+"""2: host rows in columns on every backend, and task tables; 3: no max_crawl_level;
+4: numbered runs, validators and what the last run knew of each page (refresh, SPEC §10;
+a state of version 3 is upgraded when a crawl opens it)."""
 
 TaskRows = Mapping[str, Sequence[tuple[Any, ...]]]
 """A task's rows for one page: task table name → rows (without the page_id column)."""
@@ -201,6 +204,8 @@ class DataManager(ABC):
         result: DownloadResult,
         content_hash: str,
         rows: TaskRows | None = None,
+        *,
+        follow_links: bool = True,
     ) -> None:
         """Store the outcome of a download and release the lease.
 
@@ -208,6 +213,12 @@ class DataManager(ABC):
         duplicate); anything else ends the page, or puts it back in the queue
         for another attempt. ``rows`` (from a task's download hook) are stored
         in the same transaction, replacing the page's earlier rows.
+
+        On a refresh (SPEC §10) a page the last run parsed that answers ``304`` or
+        the same body is unchanged: done at once, its links and rows as they were;
+        its links reach the pages they link to unless ``follow_links`` is False (the
+        page is as deep as the crawl goes). Any other answer first drops what its
+        last parse stored.
         """
 
     @abstractmethod
@@ -238,6 +249,41 @@ class DataManager(ABC):
         ``rows`` are the task's results for the page (see ``rccrawler.data.tables``),
         stored in the same transaction, replacing what an earlier parse stored.
         """
+
+    # -- runs (SPEC §10) -----------------------------------------------------------
+    @abstractmethod
+    def begin_refresh(self) -> int | None:
+        """Start a new run of a finished crawl (``--refresh``): every page found before is
+        known but not reached, until a link of this run (or the settings' start pages,
+        queued by :meth:`add_site`, or a sitemap) reaches it again, breadth first; what
+        the last run knew of each page is kept in its ``prev_`` fields.
+
+        Returns:
+            The new run's number; None when the last run is not over (it resumes).
+        """
+
+    @abstractmethod
+    def forget_unreached(self) -> None:
+        """At the end of a run: the pages no link of it reached (removed, SPEC §10) lose
+        their links and their rows in the task's per-page tables, as a page the run
+        found gone does at once. Idempotent."""
+
+    @abstractmethod
+    def finish_run(
+        self, changes: Mapping[str, Mapping[str, int]], rows: Mapping[int, TaskRows] | None = None
+    ) -> None:
+        """Record that the current run is over and what changed in it (host → change →
+        pages), storing ``rows`` (page id → a task's rows for a page removed in this
+        run). A run finished already keeps what it recorded (idempotent)."""
+
+    @abstractmethod
+    def runs(self) -> list[CrawlRun]:
+        """Every run of the crawl, the first first (the last is the current one)."""
+
+    @abstractmethod
+    def iter_last_arcs(self, host: str) -> Iterator[PageArc]:
+        """The arcs of a site's graph as the last run left it (what :meth:`iter_arcs` gave
+        then), by (from, to); none before a refresh."""
 
     # -- stopping from outside ----------------------------------------------------
     def request_stop(self) -> None:

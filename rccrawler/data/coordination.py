@@ -227,6 +227,9 @@ class CoordinatedDataManager(SQLDataManager):
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
         self._after_commit(partial(self._held_admitted, host, count))
 
+    def _on_reached(self, cur: Cursor, host: str, pages: Sequence[int], level: int) -> None:
+        self._after_commit(partial(self._held_admitted, host, 0))  # its queue has work again
+
     # -- leases: hosts, and the pages of held hosts ------------------------------------
     @retry_conflicts
     def take_robots(self) -> HostData | None:
@@ -728,6 +731,10 @@ class CoordinatedDataManager(SQLDataManager):
         if elected:
             self._mark_done(role, done_as_of)
 
+    def _lock_output(self, cur: Cursor) -> None:
+        # The worker that writes the output holds this until it closes (see elected).
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.schema}:unload",))
+
     @retry_conflicts
     def _elect(self, role: str) -> tuple[bool, str]:
         """(whether this worker holds ``role`` and has not done it for the crawl as it
@@ -736,8 +743,10 @@ class CoordinatedDataManager(SQLDataManager):
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (f"{self.schema}:{role}",))
             if not (cur.fetchone() or (False,))[0]:
                 return False, ""
+            # The run too: a refresh that ends as the last run ended is not done yet.
             cur.execute(
-                "SELECT coalesce(string_agg(host || ' ' || key || ' ' || n, ',' "
+                "SELECT (SELECT coalesce(max(run), 0) FROM runs) || ':' || "
+                "coalesce(string_agg(host || ' ' || key || ' ' || n, ',' "
                 "ORDER BY host, key), '') FROM counts WHERE key LIKE 'state:%%' AND n <> 0"
             )
             as_of = str((cur.fetchone() or ("",))[0])

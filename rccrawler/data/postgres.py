@@ -372,6 +372,9 @@ class PostgresDataManager(CoordinatedDataManager):
                         cur.execute(sql.SQL("SET LOCAL search_path TO {}").format(schema))
                         cur.execute((self.schema_sql() + SHARED_SCHEMA + WORKERS_SCHEMA).encode())
             conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+            if self.read_only:
+                with conn.cursor() as cur:
+                    self._check_readable(cur)
             self._columns = self._read_columns(conn)
             self.check_task_layout(
                 {name: [column for column, _kind in columns]
@@ -627,6 +630,26 @@ class PostgresDataManager(CoordinatedDataManager):
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
         self._count(host, "state:waiting", count)
         super()._on_admitted(cur, host, count)
+
+    def _on_reached(self, cur: Cursor, host: str, pages: Sequence[int], level: int) -> None:
+        self._count(host, "state:unreached", -len(pages))
+        self._count(host, "state:waiting", len(pages))
+        super()._on_reached(cur, host, pages, level)
+
+    def _on_refresh_begun(self, cur: Cursor) -> None:
+        # Every page is unreached now, and nothing else is counted yet.
+        cur.execute("DELETE FROM counts")
+        cur.execute(
+            "INSERT INTO counts SELECT host, 'state:unreached', count(*) FROM pages GROUP BY host"
+        )
+        self._stats, self._robots_pending = None, 1
+
+    def _after_upgrade(self, cur: Cursor) -> None:
+        def read_columns() -> None:
+            assert self._conn is not None
+            self._columns = self._read_columns(self._conn)
+
+        self._after_commit(read_columns)
 
     def _on_waiting_ended(self, host: str, count: int) -> None:
         self._count(host, "state:waiting", -count)

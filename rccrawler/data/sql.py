@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import json
 import logging
 import random
 import re
@@ -33,7 +34,12 @@ from typing import (
     Unpack,
 )
 
-from rccrawler.data.base import DataManager, check_state_identity, state_identity
+from rccrawler.data.base import (
+    SCHEMA_VERSION,
+    DataManager,
+    check_state_identity,
+    state_identity,
+)
 from rccrawler.data.tables import TaskTable, check_rows
 from rccrawler.exceptions import StateError
 from rccrawler.policy import (
@@ -47,8 +53,10 @@ from rccrawler.policy import (
     redirects_back_to,
     robots_stop_reason,
     unique_links,
+    validator,
 )
 from rccrawler.records import (
+    CrawlRun,
     HostData,
     PageArc,
     PageData,
@@ -60,6 +68,7 @@ from rccrawler.records import (
 )
 
 if TYPE_CHECKING:
+    from rccrawler.data.base import TaskRows
     from rccrawler.records import DownloadResult, FoundLink
 
 logger = logging.getLogger(__name__)
@@ -67,7 +76,8 @@ logger = logging.getLogger(__name__)
 PAGE_COLUMNS = (
     "id, host, url, normalized_url, id_from, level, out_degree, state, downloaded, parsed, "
     "http_status, content_type, content_hash, error_code, replace_id, download_attempts, "
-    "redirect_target, redirect_hops, bytes, truncated, referer"
+    "redirect_target, redirect_hops, bytes, truncated, referer, etag, last_modified, nofollow, "
+    "prev_run, prev_url, prev_state, prev_http_status, prev_error_code, prev_hash"
 )
 PAGE_FIELDS = tuple(PAGE_COLUMNS.split(", "))
 """PageData's stored fields, in the order of PAGE_COLUMNS (page_from_row unpacks rows so)."""
@@ -84,7 +94,33 @@ _FINAL_STATE = {
 }
 """Where a download that is not a node leaves its page; any other verdict is an error."""
 
-SCHEMA = """
+REFRESH_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run INTEGER PRIMARY KEY, kind TEXT NOT NULL, started_at {float} NOT NULL,
+    finished_at {float} NOT NULL DEFAULT 0, changes TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS last_arcs (
+    host TEXT NOT NULL, from_id {id} NOT NULL, to_id {id} NOT NULL,
+    PRIMARY KEY (host, from_id, to_id)
+){without_rowid};
+"""
+"""What a refresh needs (SPEC §10, schema version 4): the runs, and the graph's arcs as the
+last run left them (the pages keep what that run knew of each in their ``prev_`` columns)."""
+REFRESH_COLUMNS = (
+    ("etag", "TEXT NOT NULL DEFAULT ''"),
+    ("last_modified", "TEXT NOT NULL DEFAULT ''"),
+    ("nofollow", "{bool} NOT NULL DEFAULT {false}"),
+    ("prev_run", "INTEGER NOT NULL DEFAULT 0"),
+    ("prev_url", "TEXT NOT NULL DEFAULT ''"),
+    ("prev_state", "TEXT NOT NULL DEFAULT ''"),
+    ("prev_http_status", "INTEGER"),
+    ("prev_error_code", "TEXT NOT NULL DEFAULT ''"),
+    ("prev_hash", "TEXT NOT NULL DEFAULT ''"),
+)
+"""The page columns schema version 4 added, as a state of version 3 gets them."""
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS hosts (
     host TEXT PRIMARY KEY,
@@ -131,7 +167,16 @@ CREATE TABLE IF NOT EXISTS pages (
     truncated {bool} NOT NULL DEFAULT {false},
     referer TEXT NOT NULL DEFAULT '',
     owner TEXT NOT NULL DEFAULT '',
-    lease_until {float} NOT NULL DEFAULT 0
+    lease_until {float} NOT NULL DEFAULT 0,
+    etag TEXT NOT NULL DEFAULT '',
+    last_modified TEXT NOT NULL DEFAULT '',
+    nofollow {bool} NOT NULL DEFAULT {false},
+    prev_run INTEGER NOT NULL DEFAULT 0,
+    prev_url TEXT NOT NULL DEFAULT '',
+    prev_state TEXT NOT NULL DEFAULT '',
+    prev_http_status INTEGER,
+    prev_error_code TEXT NOT NULL DEFAULT '',
+    prev_hash TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
 CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
@@ -152,6 +197,8 @@ CREATE TABLE IF NOT EXISTS skipped (
     PRIMARY KEY (host, url)
 ){without_rowid};
 """
+    + REFRESH_SCHEMA
+)
 """Every table of a crawl, in any dialect: ``{float}``, ``{id}``… come from its type map."""
 
 INSERT_VALUES = re.compile(
@@ -163,7 +210,7 @@ many rows): ``INSERT INTO t [(columns)] VALUES (marks) [ON CONFLICT DO NOTHING]`
 _QUEUED = "state = 'waiting'"
 _ANSWER = (
     "download_attempts = ?, http_status = 200, content_type = ?, content_hash = ?, "
-    "bytes = ?, downloaded = ?, truncated = ?, error_code = ''"
+    "bytes = ?, downloaded = ?, truncated = ?, error_code = '', etag = ?, last_modified = ?"
 )
 """The columns of a page's HTML answer, set with :func:`_answer_values`: written when the
 download is held (:meth:`SQLDataManager._hold_download`) or is a duplicate, and again by
@@ -173,8 +220,19 @@ the parse's store."""
 def _answer_values(page: PageData) -> tuple[object, ...]:
     """The values of :data:`_ANSWER` for a downloaded page, in its order."""
     return (page.download_attempts, page.content_type, page.content_hash, page.bytes, True,
-            page.truncated)  # fmt: skip
+            page.truncated, page.etag, page.last_modified)  # fmt: skip
 
+
+GRAPH_ARCS = """
+    FROM arcs a
+    JOIN pages t ON t.id = a.to_id
+    LEFT JOIN pages u ON u.id = t.replace_id
+    JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
+    WHERE f.state = 'done' AND f.http_status = 200 AND f.replace_id IS NULL
+"""
+"""The arcs of the graph (``DataManager.iter_arcs``): an arc to a duplicate or to a
+redirect alias points to the page it stands for (two hops: an alias of a duplicate);
+only arcs to nodes (200 HTML, not duplicates) count. Selects ``a.from_id, f.id``."""
 
 CHUNK = 2000
 """Rows the output reads at a time (keyset pagination); a shorter chunk is the last."""
@@ -223,6 +281,15 @@ def page_from_row(row: Sequence[Any]) -> PageData:
         size,
         truncated,
         referer,
+        etag,
+        last_modified,
+        nofollow,
+        prev_run,
+        prev_url,
+        prev_state,
+        prev_http_status,
+        prev_error_code,
+        prev_hash,
     ) = row
     return PageData(
         id=page_id, host=host, url=url, normalized_url=normalized_url, id_from=id_from,
@@ -231,6 +298,9 @@ def page_from_row(row: Sequence[Any]) -> PageData:
         content_hash=content_hash, error_code=error_code, replace_id=replace_id,
         download_attempts=download_attempts, redirect_target=redirect_target,
         redirect_hops=redirect_hops, bytes=size, truncated=bool(truncated), referer=referer,
+        etag=etag, last_modified=last_modified, nofollow=bool(nofollow), prev_run=prev_run,
+        prev_url=prev_url, prev_state=prev_state, prev_http_status=prev_http_status,
+        prev_error_code=prev_error_code, prev_hash=prev_hash,
     )  # fmt: skip
 
 
@@ -548,6 +618,18 @@ class SQLDataManager(DataManager):
         """``count`` waiting pages of ``host`` were skipped at once (robots, a lowered
         budget); a negative count: skipped pages were queued again (a larger budget)."""
 
+    def _on_reached(self, cur: Cursor, host: str, pages: Sequence[int], level: int) -> None:
+        """Unreached pages of ``host`` (ids ascending) were linked again: waiting at
+        ``level``."""
+
+    def _on_refresh_begun(self, cur: Cursor) -> None:
+        """A refresh reset every page to unreached and every host to its start: a backend
+        that keeps counters or hosts anywhere but in the tables reads them again."""
+
+    def _lock_output(self, cur: Cursor) -> None:
+        """Wait until no process writes the output files (a refresh must not change the
+        state under them). No-op here: one process owns a state."""
+
     # -- identity --------------------------------------------------------------
     def _lock_identity(self, cur: Cursor) -> None:
         """Serialize the first write of the identity between processes (no-op here)."""
@@ -568,12 +650,215 @@ class SQLDataManager(DataManager):
             meta = dict(cur.fetchall())
             identity = state_identity(manager, storage)
             if not meta.keys() & identity.keys():  # a new state (see state_identity)
+                now = self._clock(cur)
                 cur.executemany(
                     self._sql("INSERT INTO meta VALUES (?, ?)"),
-                    [*identity.items(), ("created", repr(self._clock(cur)))],
+                    [*identity.items(), ("created", repr(now))],
+                )
+                cur.execute(
+                    self._sql("INSERT INTO runs (run, kind, started_at) VALUES (1, 'crawl', ?)"),
+                    (now,),
                 )
                 return
+            if meta.get("schema_version") == "3" and not self.read_only:
+                self._upgrade_from_3(cur, meta)
+                meta["schema_version"] = identity["schema_version"]
         check_state_identity(meta, manager, storage, self.describe(), shared=self.shared)
+
+    def _upgrade_from_3(self, cur: Cursor, meta: Mapping[str, str]) -> None:
+        """Bring a state of schema version 3 to version 4 (what a refresh needs): the page
+        columns and the tables it lacks, and its crawl as run 1 (finished when every site
+        had ended). Its pages have no validators yet: its first refresh asks for them in
+        full, and compares their bodies."""
+        cur.execute(self._sql("SELECT count(*) FROM hosts WHERE finished_at = 0"))
+        unfinished = int((cur.fetchone() or (0,))[0])
+        cur.execute("SELECT coalesce(max(finished_at), 0) FROM hosts")
+        finished_at = float((cur.fetchone() or (0.0,))[0])
+        for name, kind in REFRESH_COLUMNS:
+            cur.execute(f"ALTER TABLE pages ADD COLUMN {name} {kind.format(**self.types)}")
+        for statement in REFRESH_SCHEMA.format(**self.types).split(";"):
+            if statement.strip():
+                cur.execute(statement)
+        cur.execute(
+            self._sql(
+                "INSERT INTO runs (run, kind, started_at, finished_at) VALUES (1, 'crawl', ?, ?)"
+            ),
+            (float(meta.get("created", "0") or 0), 0.0 if unfinished else finished_at),
+        )
+        cur.execute(
+            self._sql("UPDATE meta SET value = ? WHERE key = 'schema_version'"),
+            (str(SCHEMA_VERSION),),
+        )
+        self._after_upgrade(cur)
+        logger.info("the state in %s was upgraded to schema version 4", self.describe())
+
+    def _check_readable(self, cur: Cursor) -> None:
+        """Refuse to read a state of another schema version (``status``, ``export``,
+        ``search``): it would be misread. A crawl upgrades one of version 3."""
+        cur.execute("SELECT value FROM meta WHERE key = 'schema_version'")
+        row = cur.fetchone()
+        found = row[0] if row is not None else None
+        if found is None or found == str(SCHEMA_VERSION):
+            return
+        hint = (
+            "run the crawl once (rccrawler --config ...) to upgrade it"
+            if found == "3"
+            else "crawl again with --fresh"
+        )
+        raise StateError(
+            f"the state in {self.describe()} was written by schema version {found}, this "
+            f"rccrawler uses {SCHEMA_VERSION}; {hint}"
+        )
+
+    def _after_upgrade(self, cur: Cursor) -> None:
+        """The state's tables changed (a dialect that caches their layout reads it again)."""
+
+    # -- runs and refreshes (SPEC §10) -----------------------------------------------
+    @retry_conflicts
+    def begin_refresh(self) -> int | None:
+        """Start a new run of a finished crawl: every page it found is known but unreached,
+        every site starts again from its robots.txt and its start pages (queued by
+        :meth:`add_site`), and what the last run knew of each page is kept beside it.
+
+        Returns:
+            The new run's number, or None when the last run is not over (it resumes).
+        """
+        with self._atomic() as cur:
+            self._lock_sites(cur)
+            self._lock_output(cur)
+            cur.execute("SELECT run, finished_at FROM runs ORDER BY run DESC LIMIT 1")
+            row = cur.fetchone()
+            if row is None or not row[1]:
+                return None
+            last, run, now = int(row[0]), int(row[0]) + 1, self._clock(cur)
+            cur.execute(
+                self._sql("INSERT INTO runs (run, kind, started_at) VALUES (?, 'refresh', ?)"),
+                (run, now),
+            )
+            # The graph as the last run left it, before its pages are reset.
+            cur.execute("DELETE FROM last_arcs")
+            cur.execute(
+                f"INSERT INTO last_arcs (host, from_id, to_id) "
+                f"SELECT DISTINCT a.host, a.from_id, f.id {GRAPH_ARCS}"
+            )
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET "
+                    "prev_run = CASE WHEN state = 'unreached' THEN prev_run ELSE ? END, "
+                    "prev_url = normalized_url, prev_state = state, "
+                    "prev_http_status = http_status, prev_error_code = error_code, "
+                    "prev_hash = content_hash, state = 'unreached', http_status = NULL, "
+                    "content_hash = '', error_code = '', replace_id = NULL, "
+                    "download_attempts = 0, bytes = 0, downloaded = ?, truncated = ?, "
+                    "owner = '', lease_until = 0"
+                ),
+                (last, False, False),
+            )
+            # The sitemaps are read again, and give their skipped URLs again.
+            cur.execute("DELETE FROM skipped WHERE found_on IS NULL")
+            cur.execute(
+                self._sql(
+                    "UPDATE hosts SET robots_state = 'pending', stop_reason = '', started_at = ?, "
+                    "finished_at = 0, budget_hit = ?, in_flight = 0, robots_owner = '', "
+                    "robots_lease_until = 0, owner = ''"
+                ),
+                (now, False),
+            )
+            self._on_refresh_begun(cur)
+            return run
+
+    @retry_conflicts
+    def forget_unreached(self) -> None:
+        with self._atomic() as cur:
+            cur.execute("SELECT host FROM hosts ORDER BY host")
+            for (host,) in cur.fetchall():
+                cur.execute(
+                    self._sql(
+                        "SELECT id FROM pages WHERE host = ? AND state = 'unreached' AND parsed "
+                        "ORDER BY id"
+                    ),
+                    (host,),
+                )
+                for (page_id,) in cur.fetchall():
+                    self._forget_results(cur, PageId(page_id), host)
+
+    @retry_conflicts
+    def finish_run(
+        self, changes: Mapping[str, Mapping[str, int]], rows: Mapping[int, TaskRows] | None = None
+    ) -> None:
+        with self._atomic() as cur:
+            cur.execute("SELECT run, finished_at FROM runs ORDER BY run DESC LIMIT 1")
+            row = cur.fetchone()
+            if row is None or row[1]:
+                return  # finished already: it keeps what it recorded
+            for page_id, page_rows in (rows or {}).items():
+                self._write_task_rows(cur, PageId(page_id), page_rows)
+            cur.execute(
+                self._sql("UPDATE runs SET finished_at = ?, changes = ? WHERE run = ?"),
+                (self._clock(cur), json.dumps(changes, sort_keys=True), row[0]),
+            )
+
+    def runs(self) -> list[CrawlRun]:
+        """Every run of the crawl, the first first."""
+        return [
+            CrawlRun(int(run), kind, float(started), float(finished or 0), changes or "")
+            for run, kind, started, finished, changes in self._read(
+                "SELECT run, kind, started_at, finished_at, changes FROM runs ORDER BY run", ()
+            )
+        ]
+
+    def iter_last_arcs(self, host: str) -> Iterator[PageArc]:
+        last = (0, 0)
+        while True:
+            rows = self._read(
+                "SELECT from_id, to_id FROM last_arcs WHERE host = ? "
+                "AND (from_id > ? OR (from_id = ? AND to_id > ?)) "
+                f"ORDER BY from_id, to_id LIMIT {CHUNK}",
+                (host, last[0], last[0], last[1]),
+            )
+            yield from map(PageArc._make, rows)
+            if len(rows) < CHUNK:
+                return
+            last = (int(rows[-1][0]), int(rows[-1][1]))
+
+    def _forget_results(self, cur: Cursor, page_id: PageId, host: str) -> None:
+        """A page the last run parsed is no node of this run's graph, or is parsed again:
+        its links and its rows in the task's per-page tables go (SPEC §10). The links
+        it was found to hold back (too deep) go too; its skipped links stay, and
+        ``iter_skipped`` leaves out those of a page that is no node."""
+        cur.execute(self._sql("DELETE FROM arcs WHERE from_id = ?"), (page_id,))
+        cur.execute(
+            self._sql("DELETE FROM deep_links WHERE host = ? AND from_id = ?"), (host, page_id)
+        )
+        for table in self.task_tables.values():
+            if table.per_page:
+                cur.execute(self._sql(f"DELETE FROM {table.name} WHERE page_id = ?"), (page_id,))
+        cur.execute(
+            self._sql("UPDATE pages SET parsed = ?, out_degree = 0, nofollow = ? WHERE id = ?"),
+            (False, False, page_id),
+        )
+
+    def _reach(
+        self, cur: Cursor, host: str, page_ids: Sequence[int], level: int,
+        id_from: PageId | None, referer: str,
+    ) -> None:  # fmt: skip
+        """Pages known from the last run and unreached in this one, linked again (by a page
+        of ``level - 1``, a sitemap, the settings): they wait to be fetched at ``level``."""
+        ids = sorted(set(page_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            cur.execute(
+                self._sql(
+                    "UPDATE pages SET state = 'waiting', level = ?, id_from = ?, referer = ? "
+                    f"WHERE id IN ({marks}) AND state = 'unreached' RETURNING id"
+                ),
+                (level, id_from, referer, *chunk),
+            )
+            reached = sorted(int(row[0]) for row in cur.fetchall())
+            if reached:
+                self._on_reached(cur, host, reached, level)
+                self._wake_downloaders += len(reached)
 
     def describe(self) -> str:
         """Where the state lives, for messages."""
@@ -608,7 +893,9 @@ class SQLDataManager(DataManager):
             known.min_crawl_delay = delay
             known.max_downloads_at_time = host.max_downloads_at_time
             # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
-            if self._page_of_url(cur, normalized_url) is not None:
+            root_id = self._page_of_url(cur, normalized_url)
+            if root_id is not None:
+                self._reach(cur, host.host, [root_id], 0, None, "")  # a refresh starts here
                 self._save_host(cur, known)
                 return False
             self._insert_pages(cur, host.host, [root])
@@ -630,8 +917,16 @@ class SQLDataManager(DataManager):
             cur.execute(self._sql("SELECT count(*) FROM pages WHERE host = ?"), (host,))
             admitted = int((cur.fetchone() or (0,))[0])
             unique = unique_links(links)
-            known = self._pages_of_urls(cur, list(unique))
+            found = self._url_rows(cur, list(unique))
+            known = {url: page_id for url, page_id, _state, _level in found}
             admission = admit_links(unique, known, admitted, self.limits)
+            unreached = [
+                page_id
+                for url, page_id, state, _level in found
+                if state == PageState.UNREACHED and unique[url].skip_if_new is None
+            ]
+            if unreached:
+                self._reach(cur, host, unreached, level, None, referer)
             rows = [(host, link.url, link.normalized_url, None, level, referer)
                     for link in admission.new]  # fmt: skip
             if rows:
@@ -789,32 +1084,22 @@ class SQLDataManager(DataManager):
         row = cur.fetchone()
         return PageId(row[0]) if row is not None else None
 
-    def _pages_of_urls(self, cur: Cursor, urls: Sequence[str]) -> dict[str, int]:
-        known: dict[str, int] = {}
-        for start in range(0, len(urls), 500):
-            chunk = urls[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            cur.execute(
-                self._sql(
-                    f"SELECT normalized_url, page_id FROM urls WHERE normalized_url IN ({marks})"
-                ),
-                chunk,
-            )
-            known.update(cur.fetchall())
-        return known
-
     def _known_links(
         self, cur: Cursor, host: str, urls: Sequence[str], level: int
-    ) -> tuple[dict[str, int], list[int]]:
-        """The pages these URLs are already (normalized URL → id), and those of them still
-        waiting deeper than ``level`` (a shorter path to them was just found)."""
+    ) -> tuple[dict[str, int], list[int], dict[str, int]]:
+        """The pages these URLs are already (normalized URL → id), those of them still
+        waiting deeper than ``level`` (a shorter path to them was just found), and those
+        the last run knew that this one has not reached yet (URL → id)."""
         known: dict[str, int] = {}
         deeper: list[int] = []
+        unreached: dict[str, int] = {}
         for url, page_id, state, page_level in self._url_rows(cur, urls):
             known[url] = page_id
             if state == PageState.WAITING and page_level > level:
                 deeper.append(page_id)
-        return known, deeper
+            elif state == PageState.UNREACHED:
+                unreached[url] = page_id
+        return known, deeper, unreached
 
     def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
         """(normalized URL, page id, state, level) of the pages these URLs are."""
@@ -916,18 +1201,27 @@ class SQLDataManager(DataManager):
         result: DownloadResult,
         content_hash: str,
         rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
+        *,
+        follow_links: bool = True,
     ) -> None:
         with self._page_write() as cur:
             claim = self._claim(cur, page_id, (PageState.RUNNING,), None)
             page = claim.page
             self._release(cur, page)
-            outcome = decide_download(page, result, claim.host, claim.now, self.limits)
+            outcome = decide_download(
+                page, result, claim.host, claim.now, self.limits, content_hash
+            )
             if outcome.host_changed:
                 self._save_politeness(cur, outcome.host)
             size = len(result.body)
+            unchanged = outcome.verdict is DownloadVerdict.UNCHANGED
+            if page.parsed and not unchanged and outcome.verdict is not DownloadVerdict.RETRY:
+                # A refresh: what its last parse stored goes, before this answer's rows.
+                self._forget_results(cur, page_id, page.host)
+                page.parsed = False
             if rows:
                 self._write_task_rows(cur, page_id, rows)
-            if outcome.verdict is not DownloadVerdict.HTML:
+            if not unchanged and outcome.verdict is not DownloadVerdict.HTML:
                 state = _FINAL_STATE.get(outcome.verdict, PageState.ERROR)
                 columns: dict[str, object] = {
                     "state": state.value, "owner": "", "download_attempts": outcome.attempts,
@@ -946,11 +1240,24 @@ class SQLDataManager(DataManager):
                 self._set_page(cur, page_id, columns)
                 self._on_move(page, state, error=outcome.error, size=size if answered else 0)
                 return
-            page.http_status, page.content_type = 200, result.content_type
+            if unchanged:
+                # A 304 sends neither body nor (often) type: the page is as it was.
+                content_hash = page.prev_hash
+                page.content_type = result.content_type or page.content_type
+                page.etag = validator(result.etag) or page.etag
+                page.last_modified = validator(result.last_modified) or page.last_modified
+            else:
+                page.content_type = result.content_type
+                page.etag = validator(result.etag)
+                page.last_modified = validator(result.last_modified)
+            page.http_status = 200
             page.content_hash, page.bytes = content_hash, size
             page.download_attempts, page.downloaded = outcome.attempts, True
             page.truncated, page.error_code = result.truncated, ""
             first = self._first_with_hash(cur, page.host, content_hash, page_id)
+            if first is not None and page.parsed:
+                self._forget_results(cur, page_id, page.host)  # a duplicate has no links
+                page.parsed = False
             if first is not None:
                 cur.execute(
                     self._sql(
@@ -961,11 +1268,42 @@ class SQLDataManager(DataManager):
                 )
                 self._on_move(page, PageState.DONE, duplicate=True, size=size)
                 return
+            if unchanged:
+                cur.execute(
+                    self._sql(
+                        f"UPDATE pages SET state = 'done', owner = '', {_ANSWER} WHERE id = ?"
+                    ),
+                    (*_answer_values(page), page_id),
+                )
+                self._on_move(page, PageState.DONE, size=size)
+                if follow_links and not page.nofollow:
+                    self._follow_stored_links(cur, page)
+                return
             self._on_move(page, PageState.DOWNLOADED, size=size)
             page.state = PageState.DOWNLOADED
             page.robots_tags = result.robots_tags
             self._hold_download(cur, page, claim.now)
             self._after_commit(functools.partial(self._queue_for_parsing, page, result.body))
+
+    def _follow_stored_links(self, cur: Cursor, page: PageData) -> None:
+        """A page found unchanged keeps its links (its arcs as stored): the pages they
+        link to are reached as its parse's links would reach them, one level down."""
+        cur.execute(
+            self._sql(
+                "SELECT p.normalized_url FROM arcs a JOIN pages p ON p.id = a.to_id "
+                "WHERE a.from_id = ?"
+            ),
+            (page.id,),
+        )
+        urls = [row[0] for row in cur.fetchall()]
+        if not urls:
+            return
+        level = page.level + 1
+        _known, deeper, unreached = self._known_links(cur, page.host, urls, level)
+        if unreached:
+            self._reach(cur, page.host, list(unreached.values()), level, page.id, page.url)
+        if deeper:
+            self._lower_levels(cur, page, deeper)
 
     def _first_with_hash(
         self, cur: Cursor, host: str, content_hash: str, page_id: PageId
@@ -1019,6 +1357,8 @@ class SQLDataManager(DataManager):
         with self._page_write() as cur:
             page = self._claim(cur, page_id, (PageState.RUNNING,), None).page
             self._release(cur, page)
+            if page.parsed:
+                self._forget_results(cur, page_id, page.host)
             known = self._page_of_url(cur, target_normalized) if skip is None else None
             loops_back = redirects_back_to(
                 known, page_id, lambda pid: self._replace_of(cur, pid), self.limits.max_redirects
@@ -1043,6 +1383,9 @@ class SQLDataManager(DataManager):
                     "error_code": "redirect", "redirect_target": outcome.chain,
                 })  # fmt: skip
                 self._on_move(page, PageState.DONE, alias=True)
+                if outcome.alias_of is not None:  # a page the last run knew: it is linked again
+                    self._reach(cur, page.host, [outcome.alias_of], page.level, page.id_from,
+                                page.referer)  # fmt: skip
             else:
                 if known is None:
                     cur.execute(
@@ -1063,6 +1406,8 @@ class SQLDataManager(DataManager):
             page = self._claim(cur, page_id, LEASED_STATES, None).page
             if page.state is PageState.RUNNING:
                 self._release(cur, page)
+            if page.parsed:
+                self._forget_results(cur, page_id, page.host)
             cur.execute(
                 self._sql(
                     "UPDATE pages SET state = 'skipped', owner = '', error_code = ? WHERE id = ?"
@@ -1102,8 +1447,11 @@ class SQLDataManager(DataManager):
             claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
             unique = unique_links(links)
             level, referer = page.level + 1, page.url
-            known, deeper = self._known_links(cur, page.host, list(unique), level)
+            known, deeper, unreached = self._known_links(cur, page.host, list(unique), level)
             admission = admit_links(unique, known, claim.admitted, self.limits)
+            reached = [pid for url, pid in unreached.items() if unique[url].skip_if_new is None]
+            if reached:
+                self._reach(cur, page.host, reached, level, page_id, referer)
             new_rows = [
                 (page.host, link.url, link.normalized_url, page_id, level, referer)
                 for link in admission.new
@@ -1141,14 +1489,15 @@ class SQLDataManager(DataManager):
             )
             if rows:
                 self._write_task_rows(cur, page_id, rows)
+            nofollow = any(link.skip_if_new is SkipReason.NOFOLLOW for link in unique.values())
             # The answer's columns too: a backend may have held them in memory only
             # (:meth:`_hold_download`); the parse makes the page final.
             cur.execute(
                 self._sql(
                     "UPDATE pages SET state = 'done', owner = '', parsed = ?, out_degree = ?, "
-                    f"{_ANSWER} WHERE id = ?"
+                    f"nofollow = ?, {_ANSWER} WHERE id = ?"
                 ),
-                (True, len(targets), *_answer_values(page), page_id),
+                (True, len(targets), nofollow, *_answer_values(page), page_id),
             )
             self._on_move(page, PageState.DONE)
 
@@ -1319,18 +1668,10 @@ class SQLDataManager(DataManager):
             last = int(rows[-1][0])
 
     def iter_arcs(self, host: str) -> Iterator[PageArc]:
-        # An arc to a duplicate or to a redirect alias points to the page it
-        # stands for (two hops: an alias of a duplicate); only arcs between
-        # nodes (200 HTML, not duplicates) are part of the graph.
-        query = """
-            SELECT DISTINCT a.from_id, f.id FROM arcs a
-            JOIN pages t ON t.id = a.to_id
-            LEFT JOIN pages u ON u.id = t.replace_id
-            JOIN pages f ON f.id = coalesce(u.replace_id, t.replace_id, t.id)
-            WHERE a.host = ? AND a.from_id > ? AND a.from_id <= ? AND f.state = 'done'
-              AND f.http_status = 200 AND f.replace_id IS NULL
-            ORDER BY a.from_id, f.id
-        """
+        query = (
+            f"SELECT DISTINCT a.from_id, f.id {GRAPH_ARCS} "
+            "AND a.host = ? AND a.from_id > ? AND a.from_id <= ? ORDER BY a.from_id, f.id"
+        )
         last_from = 0
         while True:
             # Page through whole source pages so DISTINCT stays exact.
@@ -1368,16 +1709,19 @@ class SQLDataManager(DataManager):
             # The next chunk of the site's skipped links in URL order, an index range of
             # its own size, and then which of them became pages after all: filtering
             # first would read every remaining row of the site for each chunk.
+            # A link found on a page that is no node any more (a refresh removed it) was
+            # not found in this run: left out.
             rows = self._read(
                 "SELECT s.url, s.reason, coalesce(p.normalized_url, ''), "
-                "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url) FROM "
+                "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url), "
+                "s.found_on IS NULL OR p.state = 'done' FROM "
                 f"(SELECT url, reason, found_on FROM skipped WHERE host = ? AND url{order} > ? "
                 f"ORDER BY url{order} LIMIT {CHUNK}) s "
                 f"LEFT JOIN pages p ON p.id = s.found_on ORDER BY s.url{order}",
                 (host, last),
             )
-            for url, reason, found_on, known in rows:
-                if not known:
+            for url, reason, found_on, known, found_now in rows:
+                if not known and found_now:
                     yield url, reason, found_on
             if len(rows) < CHUNK:
                 return

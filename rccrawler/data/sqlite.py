@@ -211,6 +211,7 @@ class SQLiteDataManager(SQLDataManager):
             self.check_task_layout(_table_columns(db, self.task_tables))
             if self.read_only:
                 db.execute("PRAGMA query_only=1")
+                self._check_readable(db.cursor())
             else:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={self.synchronous}")
@@ -504,9 +505,10 @@ class SQLiteDataManager(SQLDataManager):
 
     def _known_links(
         self, cur: Cursor, host: str, urls: Sequence[str], level: int
-    ) -> tuple[dict[str, int], list[int]]:
+    ) -> tuple[dict[str, int], list[int], dict[str, int]]:
         remembered = self._url_pages
         known: dict[str, int] = {}
+        unreached: dict[str, int] = {}
         asked: list[str] = []
         for url in urls:
             page = remembered.get(url)
@@ -531,9 +533,12 @@ class SQLiteDataManager(SQLDataManager):
                 waiting = state == PageState.WAITING or page_id in in_front
                 if waiting and page_level > level:
                     deeper.append(page_id)
-            self._remember_urls([(url, page_id, page_level) for url, page_id, _, page_level
-                                 in rows])  # fmt: skip
-        return known, deeper
+                elif state == PageState.UNREACHED:
+                    unreached[url] = page_id
+            # Not a page this run has not reached: a link to it must reach it.
+            self._remember_urls([(url, page_id, page_level) for url, page_id, state, page_level
+                                 in rows if state != PageState.UNREACHED])  # fmt: skip
+        return known, deeper, unreached
 
     def _remember_urls(self, pages: Sequence[tuple[str, int, int]]) -> None:
         """Remember (normalized URL, page id, level) of pages, forgetting the oldest."""
@@ -566,6 +571,22 @@ class SQLiteDataManager(SQLDataManager):
         if self._counters[host].budget_hit:
             self._counters[host].budget_hit = False
             super()._on_budget_cleared(cur, host)
+
+    def _on_reached(self, cur: Cursor, host: str, pages: Sequence[int], level: int) -> None:
+        counters = self._counters[host]
+        counters.by_state[PageState.UNREACHED] -= len(pages)
+        counters.by_state[PageState.WAITING] += len(pages)
+        self._queued(host, level, pages[0])
+        self._add_candidate(host)
+
+    def _on_refresh_begun(self, cur: Cursor) -> None:
+        # Every page and host changed in the tables: memory is read again from them
+        # (this connection sees its own writes).
+        self._fronts.clear()
+        self._leased.clear()
+        self._held.clear()
+        self._url_pages.clear()
+        self._load_memory()
 
     def _end_waiting(self, cur: Cursor, host: str, reason: SkipReason) -> None:
         self._give_back(cur, host)  # leased pages of the front are waiting pages too

@@ -7,7 +7,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING
 
-from rccrawler.policy import scope_skip
+from rccrawler.policy import conditional_headers, is_unchanged, scope_skip
 from rccrawler.records import DownloadResult, FoundLink, PageData, SkippedLink, SkipReason
 from rccrawler.threads.base import CrawlerThread
 from rccrawler.web.robots import RobotsRules, cut_robots_body
@@ -22,6 +22,8 @@ from rccrawler.web.urls import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rccrawler.context import CrawlContext
     from rccrawler.data.base import TaskRows
     from rccrawler.records import HostData
@@ -61,15 +63,23 @@ class DownloadingThread(CrawlerThread):
         return True
 
     def fetch(
-        self, url: str, host: str, *, referer: str = "", max_bytes: int | None = None
+        self,
+        url: str,
+        host: str,
+        *,
+        referer: str = "",
+        max_bytes: int | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> DownloadResult:
-        """Every request of this thread: the site's headers, the host's politeness clock,
-        then process_response() with the outcome."""
+        """Every request of this thread: the site's headers (and ``headers``, a refresh's
+        conditional ones), the host's politeness clock, then process_response() with the
+        outcome."""
+        site_headers = self.settings.crawl_for(host).headers
         result = self.fetcher.download(
             url,
             referer=referer,
             on_send=lambda: self.data.mark_request_sent(host),
-            headers=self.settings.crawl_for(host).headers,
+            headers={**site_headers, **headers} if headers else site_headers,
             max_bytes=max_bytes,
         )
         self.process_response(url, result)
@@ -248,7 +258,8 @@ class DownloadingThread(CrawlerThread):
         if out_of_scope is not None and page.level > 0:  # a start page is crawled whatever
             self.data.skip_page(page.id, out_of_scope)
             return
-        result = self.fetch(page.url, page.host, referer=page.referer)
+        conditional = conditional_headers(page)
+        result = self.fetch(page.url, page.host, referer=page.referer, headers=conditional)
         # One line per fetch with -v: what came back, for which URL, how fast.
         logger.debug(
             "fetched %s %s %.0f ms", result.status or result.error, page.url, result.elapsed * 1000
@@ -257,13 +268,36 @@ class DownloadingThread(CrawlerThread):
             self.follow_redirect(page, result, rules)
             return
         digest = content_hash(result.body) if result.status == 200 else ""
-        self.data.store_download(page.id, result, digest, self.process_download(page, result))
+        if is_unchanged(page, result, digest):  # not parsed again: its links stand
+            rows = self.process_unchanged(page, result)
+        else:
+            rows = self.process_download(page, result)
+        follow = page.level + 1 <= self.settings.crawl_for(page.host).max_depth
+        self.data.store_download(page.id, result, digest, rows, follow_links=follow)
 
     def process_download(self, page: PageData, result: DownloadResult) -> TaskRows | None:
         """Hook for crawl tasks: rows for the task's tables from a final answer (any
         status or type; HTML is parsed later by a ParsingThread), stored with the
         download in one atomic call. Runs in this DownloadingThread, outside the
         DataManager's lock. None (the default) stores nothing.
+
+        On a refresh a page that was a node before and is no more (a 404, another type)
+        comes here too: ``page.prev_*`` say what it was (see :meth:`process_unchanged`).
+        """
+        return None
+
+    def process_unchanged(self, page: PageData, result: DownloadResult) -> TaskRows | None:
+        """Hook for crawl tasks, on a refresh (SPEC §10): a page the last run parsed that
+        answered ``304 Not Modified`` or the same body. It is not parsed again, and its
+        rows in the task's tables stand as its last parse stored them; rows returned
+        here replace them (per table), stored with the download in one atomic call.
+        Runs in this DownloadingThread, outside the DataManager's lock. None (the
+        default) keeps the rows as they are.
+
+        Args:
+            page: the page, with what the last run knew of it in its ``prev_`` fields
+                (``prev_hash`` is its body's hash, which this answer did not change).
+            result: the answer: a 304 without a body, or a 200 with the same one.
         """
         return None
 

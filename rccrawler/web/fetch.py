@@ -755,6 +755,8 @@ class Fetcher:
             throttle=self.settings.auto_throttle,
             exchange=response.exchange,
             robots_tags=robots_tags(response.exchange),
+            etag=response.headers.get("etag", "").strip(),
+            last_modified=response.headers.get("last-modified", "").strip(),
         )
 
     # -- cookies: the standard library's jar does the RFC 6265 matching ---------

@@ -12,7 +12,9 @@ answers (:class:`rccrawler.demo.server.Resource`), which :class:`Resource` exten
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import gzip as gzip_module
+import hashlib
 import socket
 import ssl
 import threading
@@ -31,6 +33,7 @@ __all__ = [
     "HTML",
     "NOT_FOUND",
     "TEXT",
+    "Answer",
     "Hit",
     "Request",
     "Resource",
@@ -70,6 +73,13 @@ class Resource(StaticResource):
     Ignored for endless bodies."""
     broken_gzip: bool = False
     """Send ``Content-Encoding: gzip`` with bytes that do not decode."""
+    validators: bool = False
+    """Send an ``ETag`` (a hash of the body) and a ``Last-Modified`` (``modified``), and
+    answer a request whose ``If-None-Match`` names that ETag, or (without one) whose
+    ``If-Modified-Since`` is not before ``modified``, with ``304 Not Modified`` and no
+    body (RFC 9110 §13.1), as nginx does for a static file."""
+    modified: float = 1_700_000_000.0
+    """The ``Last-Modified`` time (seconds since the epoch) of a resource with validators."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +111,19 @@ Sites = dict[str, Site]
 """Host → site, e.g. ``{"a.test": {"/": Resource(b"...")}}``."""
 
 NOT_FOUND = Resource(b"not found", 404, TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server sent for one request (recorded once it is sent)."""
+
+    host: str
+    path: str
+    status: int
+    body_bytes: int
+    """Bytes of body written (0 for a 304 or a HEAD)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """The request's headers, names lowercased."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +168,8 @@ class SiteServer(ThreadingHTTPServer):
         self.ssl_context = ssl_context
         self.connection_timeout = timeout
         self.hits: list[Hit] = []
+        self.answers: list[Answer] = []
+        """Every answer sent, in the order sent (a conditional request's 304 among them)."""
         self.errors: list[BaseException] = []
         """Exceptions raised by responders (answered 500), for tests to re-raise."""
         self.peak_in_flight: Counter[str] = Counter()
@@ -200,10 +225,16 @@ class SiteServer(ThreadingHTTPServer):
         with self._lock:
             return self._in_flight[host]
 
+    def answers_for(self, host: str) -> list[Answer]:
+        with self._lock:
+            return [answer for answer in self.answers if answer.host == host]
+
     def reset(self) -> None:
-        """Forget hits, errors and peaks, e.g. between the two halves of a resume test."""
+        """Forget hits, answers, errors and peaks, e.g. between the two halves of a resume
+        test."""
         with self._lock:
             self.hits.clear()
+            self.answers.clear()
             self.errors.clear()
             self.peak_in_flight = Counter(+self._in_flight)
 
@@ -246,6 +277,10 @@ class SiteServer(ThreadingHTTPServer):
     def _leave(self, host: str) -> None:
         with self._lock:
             self._in_flight[host] -= 1
+
+    def _sent(self, answer: Answer) -> None:
+        with self._lock:
+            self.answers.append(answer)
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep unless the server closes meanwhile; True means "go on"."""
@@ -394,6 +429,17 @@ class _Handler(BaseHTTPRequestHandler):
         body = res.body
         names = {name.lower() for name, _ in res.headers}
         extra: list[tuple[str, str]] = []
+        if res.validators and res.status == 200:
+            etag = f'"{hashlib.sha1(body).hexdigest()[:16]}"'
+            modified = email.utils.formatdate(res.modified, usegmt=True)
+            if _not_modified(request, etag, res.modified):
+                self.send_response(304)
+                self.send_header("ETag", etag)
+                self.send_header("Last-Modified", modified)
+                self.end_headers()
+                self.server._sent(Answer(request.host, request.path, 304, 0, request.headers))
+                return
+            extra += [("ETag", etag), ("Last-Modified", modified)]
         if res.broken_gzip:
             body = _CORRUPT_GZIP
             extra.append(("Content-Encoding", "gzip"))
@@ -417,6 +463,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if not send_body or res.status in (204, 304) or 100 <= res.status < 200:
+            self.server._sent(Answer(request.host, request.path, res.status, 0, request.headers))
             return
         if res.endless:
             self._stream_forever(body or b"\n", res.chunk_delay)
@@ -428,6 +475,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body[start : start + CHUNK])
         else:
             self.wfile.write(body)
+        if not res.endless:
+            answer = Answer(request.host, request.path, res.status, len(body), request.headers)
+            self.server._sent(answer)
 
     def _stream_forever(self, body: bytes, chunk_delay: float) -> None:
         """Write ``body`` over and over as HTTP chunks until the client disconnects."""
@@ -438,6 +488,26 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk)  # raises BrokenPipe/ConnectionReset once the client is gone
             if chunk_delay and not self.server._sleep(chunk_delay):
                 break
+
+
+def _not_modified(request: Request, etag: str, modified: float) -> bool:
+    """Whether a conditional GET is answered 304 (RFC 9110 §13.2.2): ``If-None-Match``
+    names the ETag (weak comparison, or ``*``), or without it ``If-Modified-Since`` is not
+    before the resource's time."""
+    if request.method not in ("GET", "HEAD"):
+        return False
+    match = request.header("if-none-match")
+    if match:
+        tags = [tag.strip().removeprefix("W/") for tag in match.split(",")]
+        return "*" in tags or etag in tags
+    since = request.header("if-modified-since")
+    if not since:
+        return False
+    try:
+        when = email.utils.parsedate_to_datetime(since).timestamp()
+    except (TypeError, ValueError):
+        return False
+    return int(modified) <= when
 
 
 def _accepts_gzip(accept_encoding: str) -> bool:
