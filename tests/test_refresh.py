@@ -5,11 +5,28 @@ and what was sent."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-from crawling import CrawlResult
-from support.loopback import NOT_FOUND, Resource, redirect
+from crawling import (
+    CrawlResult,
+    CrawlRunner,
+    crawl_command,
+    kill_under_way,
+    open_state,
+    read_csv,
+    require_postgresql,
+)
+from support.loopback import NOT_FOUND, Resource, SiteServer, StaticResource, redirect
+from support.sites import generated_site, page_path
+
+from rccrawler.commands.main import main
+from rccrawler.data.sql import REFRESH_COLUMNS
+from rccrawler.manager import load_settings
 
 pytestmark = pytest.mark.both_backends
 
@@ -63,15 +80,18 @@ UNCHANGED = {url(p) for p in ("/", "/p1.html", "/p3.html", "/p4.html", "/p6.html
                               "/p10.html", "/p12.html")}  # fmt: skip
 
 
-def refresh_twice(serve, crawler) -> tuple[CrawlResult, CrawlResult, object, int]:
+def refresh_twice(
+    serve, crawler, **options: object
+) -> tuple[CrawlResult, CrawlResult, SiteServer, int]:
+    """The test site crawled, edited (:func:`edit_site`) and refreshed."""
     site = first_site()
     server = serve({HOST: site})
-    first = crawler.run([HOST], server.resolve)
+    first = crawler.run([HOST], server.resolve, **options)
     assert first.finished and len(first.graph(HOST).urls) == PAGES + 1
     assert not (first.output_dir / f"{HOST}.changes.csv").exists()  # a first run: all new
     edit_site(site)
     requests_before = len(server.answers_for(HOST))
-    second = crawler.run([HOST], server.resolve, refresh=True)
+    second = crawler.run([HOST], server.resolve, refresh=True, **options)
     assert second.finished
     return first, second, server, requests_before
 
@@ -79,7 +99,7 @@ def refresh_twice(serve, crawler) -> tuple[CrawlResult, CrawlResult, object, int
 def test_a_refresh_lists_exactly_what_changed_and_asks_unchanged_pages_conditionally(
     serve, crawler
 ):
-    first, second, server, before = refresh_twice(serve, crawler)
+    _first, second, server, before = refresh_twice(serve, crawler)
     changes = second.changes_by_url(HOST)
     assert {u: c for u, c in changes.items() if c != "unchanged"} == EXPECTED
     assert {u for u, c in changes.items() if c == "unchanged"} == UNCHANGED
@@ -134,8 +154,10 @@ def test_the_arcs_that_changed_are_listed_and_the_report_counts_them(serve, craw
     report = second.report
     assert (report["run"], report["run_kind"]) == (2, "refresh")
     counts = report["sites"][HOST]["changes"]
-    assert counts == {"run": 2, "since_run": 1, "added": 1, "removed": 1, "changed": 3,
-                      "unchanged": 8, "redirected": 1, "arcs_added": 3, "arcs_removed": 8}  # fmt: skip
+    assert counts == {
+        "run": 2, "since_run": 1, "added": 1, "removed": 1, "changed": 3, "unchanged": 8,
+        "redirected": 1, "arcs_added": 3, "arcs_removed": 8,
+    }  # fmt: skip
     assert report["sites"][HOST]["changes_by_run"] == [counts]
     assert "changes" not in first.report["sites"][HOST]
 
@@ -192,3 +214,336 @@ def test_a_refresh_of_a_crawl_not_over_resumes_it(serve, crawler, tmp_path):
     assert not (result.output_dir / f"{HOST}.changes.csv").exists()
     report: dict[str, object] = json.loads((Path(result.output_dir) / "report.json").read_text())
     assert report["run_kind"] == "crawl"
+
+
+def test_report_html_has_a_section_since_the_last_crawl(serve, crawler):
+    import html5lib
+    from test_report_html import HTML_NS, LOADERS, SVG_NS, charts_of, text_of
+
+    _first, second, _server, _before = refresh_twice(serve, crawler)
+    raw = (second.output_dir / "report.html").read_text(encoding="utf-8")
+    root = html5lib.HTMLParser(strict=True).parse(raw)
+    section = next(s for s in root.iter(f"{HTML_NS}section") if s.get("class") == "changes")
+    assert text_of(section.find(f"{HTML_NS}h3")) == "Since the last crawl (run 1 → run 2)"
+    charts = charts_of(section)
+    assert charts["Pages since run 1"] == [("added", "1"), ("removed", "1"), ("changed", "3"),
+                                           ("redirected", "1"), ("unchanged", "8")]  # fmt: skip
+    assert charts["Arcs since the last run"] == [("added", "3"), ("removed", "8")]
+    tables = {t.get("class"): t for t in section.iter(f"{HTML_NS}table")}
+    links = {kind: {a.get("href") for a in table.iter(f"{HTML_NS}a")}
+             for kind, table in tables.items()}  # fmt: skip
+    assert links == {
+        "changed changed": {url("/p2.html"), url("/p5.html"), url("/p7.html")},
+        "changed added": {url("/new.html")},
+        "changed removed": {url("/p9.html")},
+        "changed redirected": {url("/p11.html")},
+    }
+    for element in root.iter():
+        name = element.tag.rpartition("}")[2].lower() if isinstance(element.tag, str) else ""
+        assert name not in LOADERS
+        assert "src" not in element.attrib
+    assert len(list(section.iter(f"{SVG_NS}svg"))) == 2
+
+
+# -- a larger site, killed and resumed, or refreshed by several workers -----------------
+
+
+class ChangingSite(Mapping[str, StaticResource]):
+    """A generated site whose pages have validators, with pages replaced by ``edits``."""
+
+    def __init__(self, pages: int) -> None:
+        self.base = generated_site(HOST, pages, fanout=5)
+        self.edits: dict[str, StaticResource] = {}
+
+    def __getitem__(self, path: str) -> StaticResource:
+        if path in self.edits:
+            return self.edits[path]
+        found = self.base[path]
+        return Resource(found.body, validators=True)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.base)
+
+    def edit(self) -> None:
+        """Some pages edited, one gone, one redirecting, one new page linked."""
+        for i in (3, 40, 150, 260):
+            body = self.base.body(i).replace(b"</h1>", b"</h1><p>edited since</p>")
+            self.edits[page_path(i)] = Resource(body, validators=True)
+        extra = b"</h1><p>edited, with a new page</p><a href='/brand-new.html'>new</a>"
+        self.edits[page_path(7)] = Resource(
+            self.base.body(7).replace(b"</h1>", extra), validators=True
+        )
+        self.edits["/brand-new.html"] = Resource(b"<title>new</title><a href='/'>h</a>")
+        self.edits[page_path(33)] = NOT_FOUND
+        self.edits[page_path(90)] = redirect(page_path(91))
+
+
+def sorted_rows(result: CrawlResult) -> list[tuple[str, ...]]:
+    return sorted(tuple(row.values()) for row in result.changes(HOST))
+
+
+def refreshed_reference(serve, tmp_path: Path, storage: str, pages: int) -> list[tuple[str, ...]]:
+    """H.changes.csv of an uninterrupted refresh (one worker) of a ChangingSite."""
+    site = ChangingSite(pages)
+    server = serve({HOST: site})
+    runner = CrawlRunner(tmp_path / "reference", storage=storage)
+    try:
+        runner.run([HOST], server.resolve)
+        site.edit()
+        rows = sorted_rows(runner.run([HOST], server.resolve, refresh=True))
+    finally:
+        runner.discard()
+    kinds = Counter(row[1] for row in rows)
+    assert kinds["changed"] == 5 and kinds["added"] == 1 and kinds["redirected"] == 1, kinds
+    assert kinds["removed"] >= 1 and kinds["unchanged"] > pages // 2, kinds
+    return rows
+
+
+def test_kill_9_in_the_middle_of_a_refresh_then_resume_gives_the_same_changes(
+    serve, crawler, tmp_path, storage
+):
+    expected = refreshed_reference(serve, tmp_path, storage, 400)
+    site = ChangingSite(400)
+    server = serve({HOST: site})
+    config = crawler.settings_file([HOST], server.resolve, crawl={"max_downloads_at_time": 2})
+    crawler.run([HOST], server.resolve, crawl={"max_downloads_at_time": 2})
+    site.edit()
+    command, env = crawl_command(config)
+    kill_under_way([*command, "--refresh"], env, server, len(server.hits) + 120)
+    refreshed = len(server.answers)
+    resumed = crawler.run([HOST], server.resolve, refresh=True,
+                          crawl={"max_downloads_at_time": 2})  # fmt: skip
+    assert resumed.finished and resumed.report["run"] == 2  # the same run, resumed
+    assert sorted_rows(resumed) == expected
+    # The resumed refresh still asked its unchanged pages conditionally.
+    after = [a for a in server.answers[refreshed:] if a.status == 304]
+    assert after and all(a.headers.get("if-none-match") for a in after)
+
+
+def test_a_refresh_by_three_postgresql_workers_gives_the_changes_of_one(serve, tmp_path):
+    postgresql = require_postgresql()
+    expected = refreshed_reference(serve, tmp_path, postgresql, 400)
+    site = ChangingSite(400)
+    server = serve({HOST: site})
+    runner = CrawlRunner(tmp_path / "workers", storage=postgresql)
+    try:
+        threads = {"downloading": 3, "parsing": 1}
+        runner.run([HOST], server.resolve, threads=threads)
+        site.edit()
+        config = runner.settings_file([HOST], server.resolve, threads=threads)
+        command, env = crawl_command(config)
+        workers = [
+            subprocess.Popen([*command, "--refresh"], env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+            for _ in range(3)
+        ]  # fmt: skip
+        for worker in workers:
+            _out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
+        _cls, settings = load_settings(config)
+        result = CrawlResult(True, settings.output_dir, {}, None)  # type: ignore[arg-type]
+        assert sorted_rows(result) == expected
+        report = json.loads((settings.output_dir / "report.json").read_text())
+        assert report["run"] == 2
+    finally:
+        runner.discard()
+
+
+# -- the tasks follow a refresh -----------------------------------------------------------
+
+
+def text_page(title: str, text: str) -> Resource:
+    return Resource(f"<html><title>{title}</title><p>{text}</p><a href='/'>home</a>".encode(),
+                    validators=True)  # fmt: skip
+
+
+def task_site() -> dict[str, StaticResource]:
+    pages = {
+        "/walrus.html": text_page("Walrus", "The walrus rests on the ice floe."),
+        "/otter.html": text_page("Otter", "The otter swims near the kelp."),
+        "/heron.html": text_page("Heron", "The heron waits by the reeds."),
+        "/quokka.html": text_page("Quokka", "The quokka smiles on Rottnest."),
+    }
+    links = "".join(f"<a href='{path}'>x</a>" for path in pages)
+    return {"/": Resource(f"<html><title>Animals</title>{links}".encode(), validators=True),
+            **pages}  # fmt: skip
+
+
+def hits(config: Path, query: str) -> set[str]:
+    manager_cls, settings = load_settings(config)
+    from plugins.search import SearchManager
+
+    assert manager_cls is SearchManager
+    return {hit["url"] for hit in SearchManager.search(settings, query)}
+
+
+def test_the_search_index_drops_removed_pages_and_indexes_changed_ones(serve, crawler):
+    site = task_site()
+    server = serve({HOST: site})
+    manager = {"manager": "plugins.search.SearchManager"}
+    crawler.run([HOST], server.resolve, **manager)
+    config = crawler.written[-1]
+    assert hits(config, "quokka") == {url("/quokka.html")}
+    assert hits(config, "kelp") == {url("/otter.html")}
+    site["/otter.html"] = text_page("Otter", "The otter dives for sea urchins.")
+    site["/quokka.html"] = NOT_FOUND
+    result = crawler.run([HOST], server.resolve, refresh=True, **manager)
+    config = crawler.written[-1]
+    assert result.changes_by_url(HOST)[url("/otter.html")] == "changed"
+    assert hits(config, "urchins") == {url("/otter.html")}  # only the new version has it
+    assert hits(config, "kelp") == set()  # only the old version had it
+    assert hits(config, "quokka") == set()  # only the removed page had it
+    assert hits(config, "walrus") == {url("/walrus.html")}  # unchanged: still there
+    assert hits(config, "reeds") == {url("/heron.html")}
+
+
+def test_the_archive_writes_revisit_records_for_unchanged_pages(serve, crawler):
+    from test_archive import warcio_cli
+    from warcio.archiveiterator import ArchiveIterator
+
+    site = task_site()
+    server = serve({HOST: site})
+    manager = {"manager": "plugins.archive.ArchiveManager"}
+    first = crawler.run([HOST], server.resolve, **manager)
+    before = set(first.output_dir.glob("*.warc.gz"))
+    site["/otter.html"] = text_page("Otter", "The otter dives for sea urchins.")
+    result = crawler.run([HOST], server.resolve, refresh=True, **manager)
+    [warc] = set(result.output_dir.glob("*.warc.gz")) - before
+    records: dict[str, tuple[str, dict[str, str]]] = {}
+    with open(warc, "rb") as handle:
+        for record in ArchiveIterator(handle):
+            if record.rec_type in ("response", "revisit"):
+                uri = record.rec_headers.get_header("WARC-Target-URI")
+                records[uri] = (record.rec_type, dict(record.rec_headers.headers))
+    not_modified = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+    for path in ("/", "/walrus.html", "/heron.html", "/quokka.html"):
+        kind, headers = records[url(path)]
+        assert kind == "revisit", path
+        assert headers["WARC-Profile"] == not_modified
+        assert headers["WARC-Refers-To-Target-URI"] == url(path)
+        assert headers["WARC-Refers-To-Date"]
+        assert headers["WARC-Payload-Digest"].startswith("sha1:")
+    assert records[url("/otter.html")][0] == "response"
+    check = warcio_cli("check", "-v", str(warc))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_link_checker_tells_links_broken_since_the_last_run(serve, crawler):
+    site = task_site()
+    site["/"] = Resource(site["/"].body + b"<a href='/gone-long-ago.html'>old</a>", validators=True)
+    server = serve({HOST: site})
+    manager = {"manager": "plugins.linkcheck.LinkCheckManager"}
+    crawler.run([HOST], server.resolve, **manager)
+    site["/heron.html"] = NOT_FOUND
+    result = crawler.run([HOST], server.resolve, refresh=True, **manager)
+    broken = {row["url"]: row for row in read_csv(result.output_dir / f"{HOST}.broken.csv")}
+    assert set(broken) == {url("/gone-long-ago.html"), url("/heron.html")}
+    new = read_csv(result.output_dir / f"{HOST}.newly_broken.csv")
+    assert [(row["url"], row["status"], row["old_status"]) for row in new] == [
+        (url("/heron.html"), "404", "200")
+    ]
+    site_report = result.report["sites"][HOST]
+    assert [link["url"] for link in site_report["newly_broken_links"]] == [url("/heron.html")]
+
+
+def test_a_task_s_rows_follow_its_three_hooks(serve, crawler):
+    from taskplugins import SEEN
+
+    refresh_twice(serve, crawler, manager="taskplugins.SeenManager")
+    with open_state(crawler.written[-1]) as data:
+        rows = dict(data.task_rows(SEEN.name, columns=("url", "how")))
+    assert rows == {
+        **{u: "unchanged 304" for u in UNCHANGED},
+        url("/p2.html"): "parsed", url("/p5.html"): "parsed", url("/p7.html"): "parsed",
+        url("/new.html"): "parsed", url("/p9.html"): "removed", url("/p11.html"): "redirected",
+    }  # fmt: skip
+
+
+# -- states written before refreshes existed ------------------------------------------------
+
+
+def run_sql(config: Path, statements: list[str]) -> None:
+    """Run statements on a crawl's state as it is stored (SQLite file or PostgreSQL schema)."""
+    _cls, settings = load_settings(config)
+    if settings.storage == "sqlite":
+        db = sqlite3.connect(settings.state_dir / "crawl.sqlite3")
+        with db:
+            for statement in statements:
+                db.execute(statement)
+        db.close()
+        return
+    import psycopg
+
+    from rccrawler.data.postgres import schema_for
+
+    with psycopg.connect(settings.storage, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {schema_for(settings.crawl_name)}")
+        for statement in statements:
+            conn.execute(statement)
+
+
+def downgrade_to_version_3(config: Path) -> None:
+    """Make a crawl's state what rccrawler wrote before schema version 4."""
+    run_sql(config, [
+        *(f"ALTER TABLE pages DROP COLUMN {name}" for name, _kind in REFRESH_COLUMNS),
+        "DROP TABLE runs", "DROP TABLE last_arcs",
+        "UPDATE meta SET value = '3' WHERE key = 'schema_version'",
+    ])  # fmt: skip
+
+
+def test_a_state_of_version_3_is_upgraded_by_a_crawl_and_refused_by_a_reader(
+    serve, crawler, capsys
+):
+    site = first_site()
+    server = serve({HOST: site})
+    crawler.run([HOST], server.resolve)
+    config = crawler.written[-1]
+    downgrade_to_version_3(config)
+    assert main(["status", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert "schema version 3, this rccrawler uses 4; run the crawl once" in error
+    site["/p4.html"] = page(4, "four, edited")
+    result = crawler.run([HOST], server.resolve, refresh=True)
+    changes = result.changes_by_url(HOST)
+    assert changes.pop(url("/p4.html")) == "changed"
+    assert set(changes.values()) == {"unchanged"} and len(changes) == PAGES
+    assert main(["status", "--config", str(config)]) == 0
+    assert "run 2 (refresh), started" in capsys.readouterr().out
+
+
+def test_a_state_of_another_version_is_refused_with_a_way_out(serve, crawler, capsys):
+    server = serve({HOST: first_site()})
+    crawler.run([HOST], server.resolve)
+    config = crawler.written[-1]
+    run_sql(config, ["UPDATE meta SET value = '2' WHERE key = 'schema_version'"])
+    assert main(["crawl", "--config", str(config), "--refresh", "--no-tui"]) == 2
+    assert "schema version 2, this rccrawler uses 4" in capsys.readouterr().err
+    assert main(["status", "--config", str(config)]) == 2
+    assert "crawl again with --fresh" in capsys.readouterr().err
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def test_refresh_exits_as_a_crawl_does(serve, crawler, capsys):
+    server = serve({HOST: first_site()})
+    config = crawler.settings_file([HOST], server.resolve)
+    command = ["crawl", "--config", str(config), "--no-tui"]
+    assert main([*command, "--refresh"]) == 0  # no state yet: the first crawl
+    assert "since run" not in capsys.readouterr().out
+    assert main([*command, "--refresh"]) == 0
+    out = capsys.readouterr().out
+    assert f"{HOST}: since run 1: 0 changed, 0 added, 0 removed, 0 redirected, " in out
+    assert main(["status", "--config", str(config)]) == 0
+    assert "run 2 (refresh), started" in capsys.readouterr().out
+    server.shutdown()
+    server.server_close()  # the site is gone: the refresh fetches nothing
+    assert main([*command, "--refresh"]) == 1
+    assert "sites failed, nothing fetched" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main([*command, "--refresh", "--fresh"])
+    assert usage.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err

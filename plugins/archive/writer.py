@@ -68,12 +68,17 @@ def complete_length(path: Path) -> int:
     return good
 
 
+SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+"""The WARC 1.1 revisit profile of a ``304 Not Modified`` to a conditional request."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Original:
     """Where a payload was first archived: a revisit record refers to it."""
 
     uri: str
     date: str
+    digest: str = ""
 
 
 class WarcArchive:
@@ -108,6 +113,9 @@ class WarcArchive:
         self._sequence = 0
         self._seen: dict[str, _Original] = {}
         """Payload digest -> first capture, over this crawl's finished files too."""
+        self._by_uri: dict[str, _Original] = {}
+        """URI -> its last capture with a payload (what a ``304`` to a refresh's
+        conditional request revisits), over this crawl's finished files too."""
         self._pattern = re.compile(re.escape(prefix) + r"-\d{14}-\d{5}-(\d+)\.warc\.gz")
         self.written: list[Path] = []
 
@@ -147,14 +155,19 @@ class WarcArchive:
     def _learn(self, path: Path) -> None:
         with open(path, "rb") as handle:
             for record in ArchiveIterator(handle):
-                if record.rec_type != "response":
+                headers = record.rec_headers
+                uri = headers.get_header("WARC-Target-URI")
+                digest = headers.get_header("WARC-Payload-Digest")
+                if record.rec_type == "revisit" and digest:
+                    refers = headers.get_header("WARC-Refers-To-Target-URI")
+                    date = headers.get_header("WARC-Refers-To-Date")
+                    if refers and date:
+                        self._by_uri[uri] = _Original(refers, date, digest)
+                if record.rec_type != "response" or not digest:
                     continue
-                digest = record.rec_headers.get_header("WARC-Payload-Digest")
-                if digest and digest not in self._seen:
-                    self._seen[digest] = _Original(
-                        record.rec_headers.get_header("WARC-Target-URI"),
-                        record.rec_headers.get_header("WARC-Date"),
-                    )
+                original = _Original(uri, headers.get_header("WARC-Date"), digest)
+                self._seen.setdefault(digest, original)
+                self._by_uri[uri] = original
 
     # -- writing -------------------------------------------------------------------
     def write(self, result: DownloadResult) -> None:
@@ -168,6 +181,11 @@ class WarcArchive:
         extra = {"WARC-Truncated": "length"} if result.truncated else {}
         with self._lock:
             writer = self._current_writer()
+            if result.status == 304:
+                record = self._not_modified(writer, exchange.url, response, extra)
+                req = writer.create_warc_record(exchange.url, "request", http_headers=request)
+                self._write_pair(writer, req, record)
+                return
             original = self._seen.get(digest) if result.body else None
             if original is not None:
                 record = writer.create_revisit_record(
@@ -181,15 +199,38 @@ class WarcArchive:
                 )  # fmt: skip
                 if result.body:
                     self._seen[digest] = _Original(
-                        exchange.url, record.rec_headers.get_header("WARC-Date")
+                        exchange.url, record.rec_headers.get_header("WARC-Date"), digest
                     )
+            if result.status == 200 and result.body:
+                self._by_uri[exchange.url] = original or self._seen[digest]
             req = writer.create_warc_record(exchange.url, "request", http_headers=request)
-            writer.write_request_response_pair(req, record)
-            self._records_in_file += 2
-            assert self._handle is not None
-            self._handle.flush()
-            if self._handle.tell() >= self.max_file_bytes:
-                self._close_file()
+            self._write_pair(writer, req, record)
+
+    def _not_modified(
+        self, writer: WARCWriter, uri: str, response: StatusAndHeaders, extra: dict[str, str]
+    ) -> object:
+        """The ``revisit`` record of a ``304 Not Modified`` (server-not-modified profile),
+        referring to the URI's last capture with a payload when this crawl archived one."""
+        headers = {**extra, "WARC-Profile": SERVER_NOT_MODIFIED}
+        original = self._by_uri.get(uri)
+        if original is not None:
+            headers |= {
+                "WARC-Refers-To-Target-URI": original.uri,
+                "WARC-Refers-To-Date": original.date,
+                "WARC-Payload-Digest": original.digest,
+            }
+        return writer.create_warc_record(
+            uri, "revisit", http_headers=response, warc_headers_dict=headers
+        )
+
+    def _write_pair(self, writer: WARCWriter, request: object, record: object) -> None:
+        """Write a request and its response (or revisit) record, flushed (lock held)."""
+        writer.write_request_response_pair(request, record)
+        self._records_in_file += 2
+        assert self._handle is not None
+        self._handle.flush()
+        if self._handle.tell() >= self.max_file_bytes:
+            self._close_file()
 
     def _current_writer(self) -> WARCWriter:
         if self._writer is not None:

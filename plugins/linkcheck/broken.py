@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rccrawler.policy import last_visit, page_status
 from rccrawler.records import PageData, PageState, SkipReason
 
 if TYPE_CHECKING:
@@ -26,6 +27,15 @@ class BrokenLink:
     """The final HTTP status ("404"), or the network error's name ("timeout", "decode")."""
     found_on: tuple[str, ...]
     """The pages linking to it, sorted; empty for a start page nobody links to."""
+    old_status: str | None = None
+    """After a refresh: what the last run found there when it was not broken then (its
+    ``H.changes.csv`` status, '' for a page it did not know); None when it was broken
+    then too, or for an external link (the last run's are not kept)."""
+
+    @property
+    def newly_broken(self) -> bool:
+        """Broken in this run and not in the last (a refresh's news)."""
+        return self.old_status is not None
 
     def rows(self) -> list[tuple[str, str, str]]:
         """Its rows of ``H.broken.csv``: one per referring page."""
@@ -61,8 +71,14 @@ def find_broken(data: DataManager, host: str) -> list[BrokenLink]:
     status_of: dict[int, str] = {}
     alias_of: dict[int, int] = {}
     url_of: dict[int, str] = {}
+    before: dict[int, str | None] = {}
+    """After a refresh: the last run's status of a page not broken then."""
+    refreshed = False
     for page in data.iter_pages(host):
         status = broken_status(page)
+        refreshed = refreshed or page.prev_run > 0
+        last = last_visit(page)
+        before[page.id] = None if broken_status(last) is not None else page_status(last)
         if status is not None:
             status_of[page.id] = status
             url_of[page.id] = linked_url(page)
@@ -76,13 +92,19 @@ def find_broken(data: DataManager, host: str) -> list[BrokenLink]:
             target, hops = alias_of[target], hops + 1
         if target in status_of:
             status_of[alias] = status_of[target]
+            before[alias] = before[target]
     referrers: dict[int, set[int]] = {page_id: set() for page_id in status_of}
     for arc in data.iter_raw_arcs(host):
         if arc.to_id in referrers:
             referrers[arc.to_id].add(arc.from_id)
     names = _page_urls(data, host, {s for sources in referrers.values() for s in sources})
     found = [
-        BrokenLink(url_of[page_id], status_of[page_id], tuple(sorted(names[s] for s in sources)))
+        BrokenLink(
+            url_of[page_id],
+            status_of[page_id],
+            tuple(sorted(names[s] for s in sources)),
+            before[page_id] if refreshed else None,
+        )
         for page_id, sources in referrers.items()
     ]
     return sorted(found, key=lambda link: link.url)

@@ -6,7 +6,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from plugins.linkcheck.external import check_external_enabled
 from plugins.linkcheck.threads import EXTERNAL_LINKS, LinkCheckParsingThread
-from plugins.linkcheck.unloaders import BrokenLinksUnloader, LinkCheckReportUnloader
+from plugins.linkcheck.unloaders import (
+    BrokenLinksUnloader,
+    LinkCheckReportUnloader,
+    NewlyBrokenUnloader,
+)
 from plugins.webgraph.manager import WebGraphManager
 from rccrawler.unloaders import ReportUnloader
 
@@ -37,6 +41,7 @@ class LinkCheckManager(WebGraphManager):
             for cls in WebGraphManager.unloader_classes
         ),
         BrokenLinksUnloader,
+        NewlyBrokenUnloader,
     )
 
     @classmethod

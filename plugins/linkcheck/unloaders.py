@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from plugins.linkcheck.broken import BrokenLink, find_broken
 from plugins.linkcheck.external import ExternalChecker, check_external_enabled
 from plugins.linkcheck.threads import EXTERNAL_LINKS
-from rccrawler.unloaders import ReportUnloader, ResultUnloader, shared_result
+from rccrawler.unloaders import ReportUnloader, ResultUnloader, is_refresh, shared_result
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -74,13 +74,45 @@ class BrokenLinksUnloader(ResultUnloader):
         )
 
 
+NEWLY_BROKEN_HEADER = ("url", "status", "found_on", "old_status")
+
+
+class NewlyBrokenUnloader(ResultUnloader):
+    """After a refresh (SPEC §10), writes ``H.newly_broken.csv``: the internal links broken
+    in this run that were not in the last, apart from those broken before (which
+    ``H.broken.csv`` lists with the others), with what the last run found there."""
+
+    output_names: ClassVar[tuple[str, ...]] = ("{stem}.newly_broken.csv",)
+
+    def unload(self) -> list[Path]:
+        if not is_refresh(self.context):
+            return []
+        return self.write_site_csvs(
+            "newly_broken.csv",
+            NEWLY_BROKEN_HEADER,
+            lambda host: (
+                (*row, link.old_status)
+                for link in site_broken_links(self.context, host)
+                if link.newly_broken
+                for row in link.rows()
+            ),
+        )
+
+
 class LinkCheckReportUnloader(ReportUnloader):
-    """``report.json`` with each site's ``broken_links``: url, status and found_on."""
+    """``report.json`` with each site's ``broken_links``: url, status and found_on; after a
+    refresh, its ``newly_broken_links`` too (each with its ``old_status``)."""
 
     def build(self) -> dict[str, Any]:
         report = super().build()
+        refresh = is_refresh(self.context)
         for host, site in report["sites"].items():
-            site["broken_links"] = [
-                link.as_dict() for link in site_broken_links(self.context, host)
-            ]
+            broken = site_broken_links(self.context, host)
+            site["broken_links"] = [link.as_dict() for link in broken]
+            if refresh:
+                site["newly_broken_links"] = [
+                    {**link.as_dict(), "old_status": link.old_status}
+                    for link in broken
+                    if link.newly_broken
+                ]
         return report

@@ -24,6 +24,7 @@ from rccrawler.unloaders import (
     atomic_write,
     build_report,
     shared_result,
+    site_change_rows,
     site_pages,
 )
 
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 TOP_PAGES = 20
 """How many of the most linked pages the report lists."""
 TOP_SKIP_REASONS = 10
+TOP_CHANGED_PAGES = 200
+"""How many pages of each change the report lists after a refresh (H.changes.csv has all)."""
+LISTED_CHANGES = ("changed", "added", "removed", "redirected")
 
 SIZE_BINS: tuple[tuple[int, str], ...] = (
     (1 << 10, "< 1 KiB"),
@@ -63,6 +67,9 @@ class SiteCharts:
     sizes: Counter[str] = field(default_factory=Counter)
     type_bytes: Counter[str] = field(default_factory=Counter)
     top: list[dict[str, Any]] = field(default_factory=list)
+    changed_pages: list[tuple[str, list[str], int]] = field(default_factory=list)
+    """After a refresh: (change, the first URLs, how many in all) for each change other
+    than unchanged."""
 
     def add(self, page: PageData) -> None:
         label = status_label(page)
@@ -75,6 +82,30 @@ class SiteCharts:
             self.sizes[size_label(page.bytes)] += 1
             mime = media_type(page.content_type) or "(none)"
             self.type_bytes[mime] += page.bytes
+
+    def change_charts(self) -> list[dict[str, Any]]:
+        """After a refresh: what changed since the last run, and in every refresh so far."""
+        changes = self.summary.get("changes")
+        if not changes:
+            return []
+        kinds = ("added", "removed", "changed", "redirected", "unchanged")
+        charts = [
+            _chart(f"Pages since run {changes['since_run']}", "Each page of the last run's "
+                   "graph or of this one, by what became of it (H.changes.csv).",
+                   [(kind, changes.get(kind, 0)) for kind in kinds]),
+            _chart("Arcs since the last run", "Links between pages of the graph added and "
+                   "removed (H.arcs_changes.csv).",
+                   [("added", changes.get("arcs_added", 0)),
+                    ("removed", changes.get("arcs_removed", 0))]),
+        ]  # fmt: skip
+        history = self.summary.get("changes_by_run", [])
+        if len(history) > 1:
+            charts.append(_chart(
+                "Pages changed, added or removed, by run", "Every refresh of the crawl so far.",
+                [(f"run {h['run']}", h.get("changed", 0) + h.get("added", 0)
+                  + h.get("removed", 0) + h.get("redirected", 0)) for h in history],
+            ))  # fmt: skip
+        return charts
 
     def charts(self) -> list[dict[str, Any]]:
         """The charts in page order: title, a note, rows and the value format."""
@@ -183,4 +214,16 @@ class HtmlReportUnloader(ResultUnloader):
             {"url": urls.get(page_id, ""), "in_degree": in_degree, "pagerank": rank}
             for page_id, in_degree, rank in top
         ]
+        if "changes" in summary:
+            listed: dict[str, list[str]] = {kind: [] for kind in LISTED_CHANGES}
+            counts: Counter[str] = Counter()
+            for row in site_change_rows(self.context, host):
+                url, change = str(row[0]), str(row[1])
+                if change in listed:
+                    counts[change] += 1
+                    if len(listed[change]) < TOP_CHANGED_PAGES:
+                        listed[change].append(url)
+            charts.changed_pages = [
+                (kind, listed[kind], counts[kind]) for kind in LISTED_CHANGES if counts[kind]
+            ]
         return charts
