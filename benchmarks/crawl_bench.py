@@ -263,7 +263,7 @@ http {{
     tcp_nopush on;
     keepalive_timeout 65;
     keepalive_requests 100000;
-    log_format bench '$status $request_uri';
+    log_format bench '$status $body_bytes_sent $request_uri';
     client_body_temp_path {tmp}/client_body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;

@@ -365,9 +365,16 @@ def change_rows(page: PageData, change: PageChange, run: int) -> list[tuple[obje
     return rows
 
 
-def site_change_rows(context: CrawlContext, host: str) -> Iterator[tuple[object, ...]]:
+def site_change_rows(context: CrawlContext, host: str) -> Iterable[tuple[object, ...]]:
     """The rows of a site's ``H.changes.csv``, by page id; a page not reached yet is not
-    called removed until the run is over (``export`` of a refresh under way)."""
+    called removed until the run is over (``export`` of a refresh under way). Derived
+    once for the counts and the files of a small site (see :func:`site_pages`)."""
+    if not _site_is_shared(context, host):
+        return _change_rows(context, host)
+    return shared_result(context, "change rows", host, lambda: list(_change_rows(context, host)))
+
+
+def _change_rows(context: CrawlContext, host: str) -> Iterator[tuple[object, ...]]:
     run = crawl_runs(context)[-1].run
     for page in site_pages(context, host):
         change = page_change(page, run_over=context.finished)
@@ -375,10 +382,17 @@ def site_change_rows(context: CrawlContext, host: str) -> Iterator[tuple[object,
             yield from change_rows(page, change, run)
 
 
-def site_arc_changes(context: CrawlContext, host: str) -> Iterator[tuple[str, str, str]]:
+def site_arc_changes(context: CrawlContext, host: str) -> Iterable[tuple[str, str, str]]:
     """(from URL, to URL, ``added`` or ``removed``) of the arcs of a site's graph that
     this run added or removed, by page ids: the arcs as the last run left them, merged
-    with those of now (both sorted, read as streams)."""
+    with those of now (both sorted, read as streams). Derived once for the counts and
+    the files of a small site."""
+    if not _site_is_shared(context, host):
+        return _arc_changes(context, host)
+    return shared_result(context, "arc changes", host, lambda: list(_arc_changes(context, host)))
+
+
+def _arc_changes(context: CrawlContext, host: str) -> Iterator[tuple[str, str, str]]:
     urls: dict[int, tuple[str, str]] = {
         page.id: (page.prev_url or page.normalized_url, page.normalized_url)
         for page in site_pages(context, host)

@@ -82,28 +82,3 @@ class CpuRecordingDownloader(DownloadingThread):
 class CpuRecordingParser(ParsingThread):
     def process_page(self, page, body, parsed):
         CpuRecorder.record("parse", page.url)
-
-
-SEEN = TaskTable("test_seen", (("url", "text"), ("how", "text")))
-"""What became of each page in the last run: parsed, unchanged, removed, redirected."""
-
-
-class SeenParsingThread(ParsingThread):
-    def process_page(self, page, body, parsed):
-        return {SEEN.name: [(page.normalized_url, "parsed")]}
-
-
-class SeenDownloadingThread(DownloadingThread):
-    def process_unchanged(self, page, result):
-        return {SEEN.name: [(page.normalized_url, f"unchanged {result.status}")]}
-
-
-class SeenManager(WebGraphManager):
-    """Keeps a row per page through a refresh's three hooks (a tombstone for the gone)."""
-
-    parsing_thread_cls = SeenParsingThread
-    downloading_thread_cls = SeenDownloadingThread
-    task_tables = (SEEN,)
-
-    def process_removed(self, page, change):
-        return {SEEN.name: [(page.prev_url, change.value)]}

@@ -5,6 +5,9 @@ and what was sent."""
 from __future__ import annotations
 
 import json
+import logging
+import re
+import shlex
 import sqlite3
 import subprocess
 from collections import Counter
@@ -32,6 +35,21 @@ pytestmark = pytest.mark.both_backends
 
 HOST = "a.test"
 PAGES = 12
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "refresh.md"
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Some tests run the command line in this process (``main``): it sets up logging for
+    a process of its own (record factory, root handlers on its stderr). Put it back."""
+    root, urllib3_logger = logging.getLogger(), logging.getLogger("urllib3")
+    factory, handlers = logging.getLogRecordFactory(), root.handlers[:]
+    levels = root.level, urllib3_logger.level
+    yield
+    logging.setLogRecordFactory(factory)
+    root.handlers[:] = handlers
+    root.setLevel(levels[0])
+    urllib3_logger.setLevel(levels[1])
 
 
 def page(number: int, text: str = "", links: tuple[str, ...] = ()) -> Resource:
@@ -449,12 +467,13 @@ def test_the_link_checker_tells_links_broken_since_the_last_run(serve, crawler):
     assert [link["url"] for link in site_report["newly_broken_links"]] == [url("/heron.html")]
 
 
-def test_a_task_s_rows_follow_its_three_hooks(serve, crawler):
-    from taskplugins import SEEN
-
-    refresh_twice(serve, crawler, manager="taskplugins.SeenManager")
+def test_the_task_of_the_docs_keeps_its_rows_through_the_three_hooks(serve, crawler):
+    code = re.search(r"```python\n(# history\.py.*?)```", DOCS.read_text(), re.S)
+    assert code is not None
+    (crawler.root / "history.py").write_text(code.group(1))  # found beside the settings
+    refresh_twice(serve, crawler, manager="history.HistoryManager")
     with open_state(crawler.written[-1]) as data:
-        rows = dict(data.task_rows(SEEN.name, columns=("url", "how")))
+        rows = dict(data.task_rows("history_seen", columns=("url", "how")))
     assert rows == {
         **{u: "unchanged 304" for u in UNCHANGED},
         url("/p2.html"): "parsed", url("/p5.html"): "parsed", url("/p7.html"): "parsed",
@@ -547,3 +566,19 @@ def test_refresh_exits_as_a_crawl_does(serve, crawler, capsys):
         main([*command, "--refresh", "--fresh"])
     assert usage.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_the_scheduled_commands_of_the_docs_run_as_written(serve, crawler, tmp_path):
+    server = serve({HOST: first_site()})
+    config = crawler.settings_file([HOST], server.resolve)
+    text = DOCS.read_text()
+    cron = re.search(r"^15 3 \* \* 1 .*?/rccrawler (.*)$", text, re.M)
+    systemd = re.search(r"^ExecStart=\S*/rccrawler (.*)$", text, re.M)
+    assert cron is not None and systemd is not None
+    for line in (cron.group(1), systemd.group(1)):
+        args = [str(config) if arg == "sites.yaml" else arg for arg in shlex.split(line)]
+        args = [str(tmp_path / arg) if arg.endswith(".log") else arg for arg in args]
+        assert main(args) == 0, line
+    report = json.loads((crawler.root / "output" / "report.json").read_text())
+    assert report["run"] == 2 and report["run_kind"] == "refresh"
+    assert "no waiting links left" in (tmp_path / "refresh.log").read_text()

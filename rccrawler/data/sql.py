@@ -234,6 +234,17 @@ GRAPH_ARCS = """
 redirect alias points to the page it stands for (two hops: an alias of a duplicate);
 only arcs to nodes (200 HTML, not duplicates) count. Selects ``a.from_id, f.id``."""
 
+T = TypeVar("T")
+
+
+def in_chunks(values: Sequence[T], size: int = 500) -> Iterator[tuple[list[T], str]]:
+    """``values`` in chunks for ``IN (…)`` lists, each with its ``?`` marks (a statement
+    takes a bounded number of parameters)."""
+    for start in range(0, len(values), size):
+        chunk = list(values[start : start + size])
+        yield chunk, ",".join("?" * len(chunk))
+
+
 CHUNK = 2000
 """Rows the output reads at a time (keyset pagination); a shorter chunk is the last."""
 
@@ -808,18 +819,7 @@ class SQLDataManager(DataManager):
         ]
 
     def iter_last_arcs(self, host: str) -> Iterator[PageArc]:
-        last = (0, 0)
-        while True:
-            rows = self._read(
-                "SELECT from_id, to_id FROM last_arcs WHERE host = ? "
-                "AND (from_id > ? OR (from_id = ? AND to_id > ?)) "
-                f"ORDER BY from_id, to_id LIMIT {CHUNK}",
-                (host, last[0], last[0], last[1]),
-            )
-            yield from map(PageArc._make, rows)
-            if len(rows) < CHUNK:
-                return
-            last = (int(rows[-1][0]), int(rows[-1][1]))
+        return self._iter_arc_table("last_arcs", host)
 
     def _forget_results(self, cur: Cursor, page_id: PageId, host: str) -> None:
         """A page the last run parsed is no node of this run's graph, or is parsed again:
@@ -844,10 +844,7 @@ class SQLDataManager(DataManager):
     ) -> None:  # fmt: skip
         """Pages known from the last run and unreached in this one, linked again (by a page
         of ``level - 1``, a sitemap, the settings): they wait to be fetched at ``level``."""
-        ids = sorted(set(page_ids))
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(sorted(set(page_ids))):
             cur.execute(
                 self._sql(
                     "UPDATE pages SET state = 'waiting', level = ?, id_from = ?, referer = ? "
@@ -1104,9 +1101,7 @@ class SQLDataManager(DataManager):
     def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
         """(normalized URL, page id, state, level) of the pages these URLs are."""
         rows: list[tuple[str, int, str, int]] = []
-        for start in range(0, len(urls), 500):
-            chunk = urls[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(urls):
             cur.execute(
                 self._sql(
                     "SELECT u.normalized_url, u.page_id, p.state, p.level FROM urls u "
@@ -1526,9 +1521,7 @@ class SQLDataManager(DataManager):
         waiting page found again on a shallower path moves up, whatever order the
         parsers (of any process) found its links in."""
         level = page.level + 1
-        for start in range(0, len(targets), 500):
-            chunk = list(targets[start : start + 500])
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(targets):
             cur.execute(
                 self._sql(
                     "UPDATE pages SET level = ?, id_from = ?, referer = ? "
@@ -1690,10 +1683,14 @@ class SQLDataManager(DataManager):
             last_from = bound
 
     def iter_raw_arcs(self, host: str) -> Iterator[PageArc]:
+        return self._iter_arc_table("arcs", host)
+
+    def _iter_arc_table(self, table: str, host: str) -> Iterator[PageArc]:
+        """A site's rows of an arcs table (``arcs``, ``last_arcs``) by (from, to), in chunks."""
         last = (0, 0)
         while True:
             rows = self._read(
-                "SELECT from_id, to_id FROM arcs WHERE host = ? "
+                f"SELECT from_id, to_id FROM {table} WHERE host = ? "
                 "AND (from_id > ? OR (from_id = ? AND to_id > ?)) "
                 f"ORDER BY from_id, to_id LIMIT {CHUNK}",
                 (host, last[0], last[0], last[1]),
