@@ -103,6 +103,7 @@ CREATE TABLE IF NOT EXISTS last_arcs (
     host TEXT NOT NULL, from_id {id} NOT NULL, to_id {id} NOT NULL,
     PRIMARY KEY (host, from_id, to_id)
 ){without_rowid};
+CREATE INDEX IF NOT EXISTS deep_links_from ON deep_links (from_id);
 """
 """What a refresh needs (SPEC §10, schema version 4): the runs, and the graph's arcs as the
 last run left them (the pages keep what that run knew of each in their ``prev_`` columns)."""
@@ -167,16 +168,9 @@ CREATE TABLE IF NOT EXISTS pages (
     truncated {bool} NOT NULL DEFAULT {false},
     referer TEXT NOT NULL DEFAULT '',
     owner TEXT NOT NULL DEFAULT '',
-    lease_until {float} NOT NULL DEFAULT 0,
-    etag TEXT NOT NULL DEFAULT '',
-    last_modified TEXT NOT NULL DEFAULT '',
-    nofollow {bool} NOT NULL DEFAULT {false},
-    prev_run INTEGER NOT NULL DEFAULT 0,
-    prev_url TEXT NOT NULL DEFAULT '',
-    prev_state TEXT NOT NULL DEFAULT '',
-    prev_http_status INTEGER,
-    prev_error_code TEXT NOT NULL DEFAULT '',
-    prev_hash TEXT NOT NULL DEFAULT ''
+    lease_until {float} NOT NULL DEFAULT 0"""
+    + "".join(f",\n    {name} {kind}" for name, kind in REFRESH_COLUMNS)
+    + """
 );
 CREATE INDEX IF NOT EXISTS pages_queue ON pages (host, state, level, id);
 CREATE INDEX IF NOT EXISTS pages_hash ON pages (host, content_hash);
@@ -781,17 +775,7 @@ class SQLDataManager(DataManager):
     @retry_conflicts
     def forget_unreached(self) -> None:
         with self._atomic() as cur:
-            cur.execute("SELECT host FROM hosts ORDER BY host")
-            for (host,) in cur.fetchall():
-                cur.execute(
-                    self._sql(
-                        "SELECT id FROM pages WHERE host = ? AND state = 'unreached' AND parsed "
-                        "ORDER BY id"
-                    ),
-                    (host,),
-                )
-                for (page_id,) in cur.fetchall():
-                    self._forget_results(cur, PageId(page_id), host)
+            self._forget_results(cur, None)
 
     @retry_conflicts
     def finish_run(
@@ -821,21 +805,31 @@ class SQLDataManager(DataManager):
     def iter_last_arcs(self, host: str) -> Iterator[PageArc]:
         return self._iter_arc_table("last_arcs", host)
 
-    def _forget_results(self, cur: Cursor, page_id: PageId, host: str) -> None:
+    def _forget_results(self, cur: Cursor, page_id: PageId | None) -> None:
         """A page the last run parsed is no node of this run's graph, or is parsed again:
         its links and its rows in the task's per-page tables go (SPEC §10). The links
         it was found to hold back (too deep) go too; its skipped links stay, and
-        ``iter_skipped`` leaves out those of a page that is no node."""
-        cur.execute(self._sql("DELETE FROM arcs WHERE from_id = ?"), (page_id,))
-        cur.execute(
-            self._sql("DELETE FROM deep_links WHERE host = ? AND from_id = ?"), (host, page_id)
-        )
+        ``iter_skipped`` leaves out those of a page that is no node.
+
+        Args:
+            page_id: the page; None for every parsed page no link of this run reached
+                (at its end), in one statement a table.
+        """
+        if page_id is None:
+            pages = "IN (SELECT id FROM pages WHERE state = 'unreached' AND parsed)"
+            params: tuple[object, ...] = ()
+        else:
+            pages, params = "= ?", (page_id,)
+        cur.execute(self._sql(f"DELETE FROM arcs WHERE from_id {pages}"), params)
+        cur.execute(self._sql(f"DELETE FROM deep_links WHERE from_id {pages}"), params)
         for table in self.task_tables.values():
             if table.per_page:
-                cur.execute(self._sql(f"DELETE FROM {table.name} WHERE page_id = ?"), (page_id,))
+                cur.execute(self._sql(f"DELETE FROM {table.name} WHERE page_id {pages}"), params)
         cur.execute(
-            self._sql("UPDATE pages SET parsed = ?, out_degree = 0, nofollow = ? WHERE id = ?"),
-            (False, False, page_id),
+            self._sql(
+                f"UPDATE pages SET parsed = ?, out_degree = 0, nofollow = ? WHERE id {pages}"
+            ),
+            (False, False, *params),
         )
 
     def _reach(
@@ -1212,7 +1206,7 @@ class SQLDataManager(DataManager):
             unchanged = outcome.verdict is DownloadVerdict.UNCHANGED
             if page.parsed and not unchanged and outcome.verdict is not DownloadVerdict.RETRY:
                 # A refresh: what its last parse stored goes, before this answer's rows.
-                self._forget_results(cur, page_id, page.host)
+                self._forget_results(cur, page_id)
                 page.parsed = False
             if rows:
                 self._write_task_rows(cur, page_id, rows)
@@ -1251,7 +1245,7 @@ class SQLDataManager(DataManager):
             page.truncated, page.error_code = result.truncated, ""
             first = self._first_with_hash(cur, page.host, content_hash, page_id)
             if first is not None and page.parsed:
-                self._forget_results(cur, page_id, page.host)  # a duplicate has no links
+                self._forget_results(cur, page_id)  # a duplicate has no links
                 page.parsed = False
             if first is not None:
                 cur.execute(
@@ -1353,7 +1347,7 @@ class SQLDataManager(DataManager):
             page = self._claim(cur, page_id, (PageState.RUNNING,), None).page
             self._release(cur, page)
             if page.parsed:
-                self._forget_results(cur, page_id, page.host)
+                self._forget_results(cur, page_id)
             known = self._page_of_url(cur, target_normalized) if skip is None else None
             loops_back = redirects_back_to(
                 known, page_id, lambda pid: self._replace_of(cur, pid), self.limits.max_redirects
@@ -1402,7 +1396,7 @@ class SQLDataManager(DataManager):
             if page.state is PageState.RUNNING:
                 self._release(cur, page)
             if page.parsed:
-                self._forget_results(cur, page_id, page.host)
+                self._forget_results(cur, page_id)
             cur.execute(
                 self._sql(
                     "UPDATE pages SET state = 'skipped', owner = '', error_code = ? WHERE id = ?"
