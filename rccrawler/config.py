@@ -132,8 +132,12 @@ class Settings:
     """The task: an ApplicationManager subclass by dotted path."""
     state_dir: Path = Path("state/default")
     output_dir: Path = Path("output/default")
-    downloading_threads: int = 8
-    """DownloadingThreads (fetching is I/O bound: several per core)."""
+    downloading_threads: int | None = None
+    """A fixed number of DownloadingThreads; None (``auto``, the default): as many as
+    the requests politeness allows right now, up to ``max_downloading`` (see
+    :mod:`rccrawler.threads.pool`)."""
+    max_downloading: int = 256
+    """The most DownloadingThreads an ``auto`` pool runs (memory may allow fewer)."""
     parsing_threads: int = 2
     """ParsingThreads."""
     one_core: bool = True
@@ -167,6 +171,13 @@ class Settings:
     """The crawl's identity in shared storage (SPEC §9); empty means its state_dir."""
     site_crawl: Mapping[str, CrawlSettings] = field(default_factory=dict)
     """Per-site ``crawl:`` (host -> settings) for ``sites:`` entries that override keys."""
+
+    @property
+    def downloading_most(self) -> int:
+        """The most DownloadingThreads this crawl may run: the fixed number, or the cap of
+        an ``auto`` pool (what a PostgreSQL worker leases hosts for, a link checker's
+        hosts checked at once)."""
+        return self.downloading_threads or self.max_downloading
 
     def crawl_for(self, host: str) -> CrawlSettings:
         """The crawl settings of one site: its own overrides, else ``crawl:``."""
@@ -248,7 +259,7 @@ _TOP_KEYS = {
     "parser", "downloading_thread", "parsing_thread", "routine_thread", "finisher",
     "unloaders", "name",
 }  # fmt: skip
-_THREADS_KEYS = ("downloading", "parsing", "one_core", "parse_worker")
+_THREADS_KEYS = ("downloading", "max_downloading", "parsing", "one_core", "parse_worker")
 
 
 def unknown_key(key: str, known: Sequence[str], elsewhere: Sequence[str] = ()) -> ConfigError:
@@ -518,14 +529,17 @@ def settings_from_mapping(
     stem = source.stem if source else "default"
     threads = raw.get("threads") or {}
     if not isinstance(threads, dict):
-        raise ConfigError("threads", "must be a mapping like {downloading: 8, parsing: 2}")
+        raise ConfigError("threads", "must be a mapping like {downloading: auto, parsing: 2}")
     for key, value in threads.items():
         if key not in _THREADS_KEYS:
             raise unknown_key(f"threads.{key}", _THREADS_KEYS)
         if key in ("one_core", "parse_worker"):
             _check_type(f"threads.{key}", value, (bool,), "true or false")
             continue
-        _check_type(f"threads.{key}", value, (int,), "a whole number >= 1")
+        if key == "downloading" and value == "auto":
+            continue
+        what = "auto or a whole number >= 1" if key == "downloading" else "a whole number >= 1"
+        _check_type(f"threads.{key}", value, (int,), what)
         if value < 1:
             raise ConfigError(f"threads.{key}", "must be >= 1")
         most = machine_limits()["threads"]
@@ -533,6 +547,7 @@ def settings_from_mapping(
             raise ConfigError(
                 f"threads.{key}", f"must be <= {most} (from this machine's open-file limit)"
             )
+    downloading = threads.get("downloading", "auto")
     storage = raw.get("storage", "sqlite")
     if not isinstance(storage, str) or not (
         storage == "sqlite" or storage.startswith(("postgresql://", "postgres://"))
@@ -564,7 +579,8 @@ def settings_from_mapping(
         manager=manager,
         state_dir=_path("state_dir", raw.get("state_dir"), Path("state") / stem),
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
-        downloading_threads=threads.get("downloading", 8),
+        downloading_threads=None if downloading == "auto" else downloading,
+        max_downloading=threads.get("max_downloading", 256),
         parsing_threads=threads.get("parsing", 2),
         one_core=threads.get("one_core", True),
         parse_worker=threads.get("parse_worker", False),

@@ -7,7 +7,9 @@ them and never the other way round, and a task sees in one place what it may rea
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -25,6 +27,11 @@ if TYPE_CHECKING:
     from rccrawler.web.robots import RobotsRules
     from rccrawler.web.traps import QueryVariantLimit
 
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_LOG_S = 5.0
+"""Seconds between two progress lines of work after the crawl, without the live view."""
 
 LINK_DECISIONS = 1_024
 """Link decisions kept per generation (all sites together): enough for a site's
@@ -69,6 +76,9 @@ class StatusSink(Protocol):
     view renders on its own schedule; the thread only feeds it."""
 
     def update(self, stats: CrawlStats) -> None: ...
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        """Work after the crawl (a task's unloader): ``done`` of ``total`` ``what``."""
 
 
 @dataclass(eq=False)
@@ -117,12 +127,27 @@ class CrawlContext:
     large_pages: LargePageParser | None = None
     """Where the parsing threads may have a large page parsed (``threads.parse_worker``;
     set from the settings when not given). The manager closes it."""
+    _progress_logged: dict[str, float] = field(default_factory=dict, repr=False)
+    """When each kind of progress was last logged (plain-log mode)."""
 
     def __post_init__(self) -> None:
         if self.cores is None and self.settings.one_core:
             self.cores = crawl_cores()
         if self.large_pages is None:
             self.large_pages = LargePageParser(enabled=self.settings.parse_worker)
+
+    def show_progress(self, what: str, done: int, total: int) -> None:
+        """Tell the user how far work after the crawl has come (a task's unloader: the
+        link checker's external links): on the live view, else a log line every
+        :data:`PROGRESS_LOG_S` seconds and one at the end. Any thread may call it."""
+        if self.status is not None:
+            self.status.progress(what, done, total)
+            return
+        now = time.monotonic()
+        last = self._progress_logged.get(what)
+        if done >= total or last is None or now - last >= PROGRESS_LOG_S:
+            self._progress_logged[what] = now
+            logger.info("%s: %d of %d", what, done, total)
 
     def note_signal(self, reason: str) -> None:
         """Ask for a stop from a signal handler. The handler runs on the main thread

@@ -14,6 +14,7 @@ from rccrawler.config import (
     Settings,
     apply_overrides,
     describe_change,
+    machine_limits,
     read_settings_file,
     settings_changes,
     settings_from_mapping,
@@ -34,6 +35,7 @@ from rccrawler.records import HostData, PageChange, RobotsState
 from rccrawler.state import STOP_FILE, RunSettings, SavedCookies, StateLock, discard_state_files
 from rccrawler.threads.downloading import DownloadingThread
 from rccrawler.threads.parsing import ParsingThread
+from rccrawler.threads.pool import DownloadingPool, memory_cap
 from rccrawler.threads.routine import RoutineThread
 from rccrawler.unloaders import (
     ReportUnloader,
@@ -205,6 +207,9 @@ class ApplicationManager:
         self.unload_failures: list[str] = []
         """Output that could not be written, one line each (set by unload())."""
         self.threads: list[CrawlerThread] = []
+        """Every thread of the crawl that may still run (the pool's change as it goes)."""
+        self.pool: DownloadingPool
+        """The DownloadingThreads, made when the crawl runs (:meth:`create_pool`)."""
         self.resume_note = ""
         """``resuming: N done, M waiting; changed: …`` once a saved crawl is opened
         (the command line prints it); empty for a new crawl."""
@@ -511,14 +516,39 @@ class ApplicationManager:
         self.cookies.save()
 
     # -- running -----------------------------------------------------------
+    def create_pool(self) -> DownloadingPool:
+        """The crawl's DownloadingThreads (``threads.downloading``): a fixed number, or
+        ``auto``, as many as politeness allows now, within ``threads.max_downloading``,
+        the open-file limit and the memory their bodies may take."""
+        settings = self.settings
+        cap = min(
+            settings.max_downloading,
+            machine_limits()["threads"],
+            memory_cap(settings.crawl.max_body_bytes),
+        )
+        return DownloadingPool(
+            lambda index: self.downloading_thread_cls(self.context, index),
+            self.data,
+            fixed=settings.downloading_threads,
+            cap=cap,
+        )
+
     def create_threads(self) -> list[CrawlerThread]:
+        """The threads to start: the pool's first DownloadingThreads, the ParsingThreads
+        and the RoutineThread (an automatic pool starts more as the crawl goes)."""
         context, settings = self.context, self.settings
-        threads: list[CrawlerThread] = [
-            self.downloading_thread_cls(context, i) for i in range(settings.downloading_threads)
-        ]
+        threads: list[CrawlerThread] = list(self.pool.first_threads())
         threads += [self.parsing_thread_cls(context, i) for i in range(settings.parsing_threads)]
         threads.append(self.routine_thread_cls(context, 0))
         return threads
+
+    def adjust_pool(self) -> None:
+        """Start the DownloadingThreads the pool wants now; forget the retired ones gone."""
+        for thread in self.pool.adjust():
+            thread.start()
+        pool = self.pool.threads()
+        members = set(pool)
+        self.threads = pool + [t for t in self.threads if t not in members and not t.retiring]
 
     def request_stop(self, reason: str = "stopped") -> None:
         """Ask the crawl to stop and save its state (not from a signal handler: see
@@ -550,6 +580,7 @@ class ApplicationManager:
         run_log = RunLog(self.state_dir)
         run_log.begin()
         try:
+            self.pool = self.create_pool()
             self.threads = self.create_threads()
             for thread in self.threads:
                 thread.start()
@@ -645,6 +676,7 @@ class ApplicationManager:
                 self.finished = True
                 self.stop_reason = "finished"
                 return
+            self.adjust_pool()
             # A short tick (a crawl of a thousand small pages takes about a second), but
             # at most a tenth of the time: a snapshot costs O(sites), under the
             # DataManager's lock (2,000 sites took a quarter of the crawl's time at 0.02 s).

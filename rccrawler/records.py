@@ -319,6 +319,17 @@ class HostStats:
         return self.downloaded + self.parsing
 
 
+class DownloadDemand(NamedTuple):
+    """What the downloads of one process may be right now: what sizes an automatic pool
+    of DownloadingThreads (see :meth:`rccrawler.data.base.DataManager.download_demand`)."""
+
+    in_flight: int
+    """Requests of this process under way (pages, robots.txt files)."""
+    allowed: int
+    """Requests politeness allows this process right now: those in flight, and the free
+    slots of every host that is due (up to its ``max_downloads_at_time``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CrawlStats:
     """A frozen snapshot of the whole crawl, read by the finisher and the status view."""
@@ -331,6 +342,8 @@ class CrawlStats:
     """Pages leased by DownloadingThreads right now (busy downloaders)."""
     parsing: int = 0
     """Pages leased by ParsingThreads right now (busy parsers)."""
+    downloading_threads: int = 0
+    """DownloadingThreads running (every worker's, on shared storage); 0 when unknown."""
     taken_at: float = 0.0
 
     @property

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 from auditsite import AUDIT, BROKEN, audit_sites, page
 from crawling import CLOCK_SLACK
+from support.resolver import logging_resolver
 from webserver import NOT_FOUND, TEXT, Request, Resource, redirect
 
 from rccrawler.exceptions import ConfigError
@@ -133,3 +134,23 @@ def test_check_external_must_be_a_boolean(tmp_path, crawler):
                                  linkcheck={"check_externals": True})  # fmt: skip
     with pytest.raises(ConfigError, match=r"linkcheck\.check_externals: unknown key"):
         load_settings(path)
+
+
+def test_the_link_checker_tries_a_dead_host_once_and_tells_its_progress(serve, crawler, caplog):
+    dead = [f"http://dead.invalid/p{i}" for i in range(800)]
+    server = serve(
+        {"a.test": {"/": page(*dead, "http://ext.test/ok")}, "ext.test": {"/ok": page()}}
+    )
+    caplog.set_level("INFO", logger="rccrawler.context")
+    with logging_resolver() as resolver:
+        # 800 requests a crawl delay of 1 s apart would take 13 minutes: the test would
+        # hang. The first lookup fails; the 799 other links fail with it, at once.
+        result = crawler.run(["a.test"], server.resolve, crawl={"crawl_delay_ms": 1000},
+                             linkcheck={"check_external": True},
+                             manager="plugins.linkcheck.LinkCheckManager")  # fmt: skip
+    assert result.finished
+    assert resolver.count("dead.invalid") == 1
+    broken = read_broken(result, "a.test")
+    assert broken == {(url, "dns", "http://a.test/") for url in dead}
+    assert [hit.path for hit in server.hits_for("ext.test")] == ["/ok"]
+    assert "external links checked: 801 of 801" in caplog.messages

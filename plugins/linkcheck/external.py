@@ -1,5 +1,8 @@
 """Checking external links without crawling them: HEAD (GET when HEAD is refused), once
-each, one request at a time per host with the crawl delay between two (``check_external``).
+each, one request at a time per host with the crawl delay between two (``check_external``),
+many hosts at once. A host whose name did not resolve or that refused the connection is
+tried once: its other links fail at once, with no delay between them (the fetcher
+remembers it for the run).
 
 A redirect to another host is followed by the worker of the link's host, so that host
 may see one request beside its own worker's. robots.txt of the other hosts is not read:
@@ -42,13 +45,27 @@ class ExternalChecker:
         delay: seconds between two requests to one host (the crawl's ``crawl_delay_ms``).
         max_redirects: hops followed before a link counts as broken (``too_many_redirects``).
         workers: hosts checked at once (one request at a time per host).
+        on_progress: called with (URLs checked, URLs in all) as the check goes on, from
+            the checking threads (at most every ``progress_every`` URLs, and at the end).
     """
 
-    def __init__(self, fetcher: Fetcher, *, delay: float, max_redirects: int, workers: int):
+    progress_every = 16
+    """URLs checked between two calls of ``on_progress``."""
+
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        *,
+        delay: float,
+        max_redirects: int,
+        workers: int,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.fetcher = fetcher
         self.delay = delay
         self.max_redirects = max_redirects
         self.workers = max(1, workers)
+        self.on_progress = on_progress
         self._pause = threading.Event()  # never set: waits are the per-host delay only
 
     def check(self, urls: Iterable[str]) -> dict[str, str]:
@@ -61,6 +78,16 @@ class ExternalChecker:
             hosts.put(host_urls)
         broken: dict[str, str] = {}
         lock = threading.Lock()
+        total = sum(map(len, by_host.values()))
+        checked = 0
+
+        def count_one() -> None:
+            nonlocal checked
+            with lock:
+                checked += 1
+                done = checked
+            if self.on_progress is not None and (done % self.progress_every == 0 or done == total):
+                self.on_progress(done, total)
 
         def work() -> None:
             while True:
@@ -81,7 +108,10 @@ class ExternalChecker:
                     if status is not None:
                         with lock:
                             broken[url] = status
+                    count_one()
 
+        if self.on_progress is not None and total:
+            self.on_progress(0, total)
         threads = [
             threading.Thread(target=work, name=f"ExternalChecker-{i}", daemon=True)
             for i in range(min(self.workers, len(by_host)))
@@ -100,6 +130,9 @@ class ExternalChecker:
             pace: called before each request (waits out the host's delay).
         """
         for _ in range(self.max_redirects + 1):
+            cause = self.fetcher.unreachable_cause(url)
+            if cause is not None:
+                return cause  # tried once this run already: no request, no delay to wait
             try:
                 pace()
                 response = self.fetcher.get(url, method="HEAD", max_bytes=0)

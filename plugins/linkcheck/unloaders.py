@@ -52,7 +52,10 @@ def external_statuses(context: CrawlContext) -> dict[str, str]:
             context.fetcher,
             delay=crawl.crawl_delay_ms / 1000,
             max_redirects=crawl.max_redirects,
-            workers=context.settings.downloading_threads,
+            workers=context.settings.downloading_most,
+            on_progress=lambda done, total: context.show_progress(
+                "external links checked", done, total
+            ),
         )
         return checker.check(urls)
 

@@ -45,8 +45,10 @@ def status_command(settings: Settings, *, as_json: bool) -> int:
         for h in stats.hosts
     ]  # fmt: skip
     run = runs[-1] if runs else None
+    # As the running crawl last noted them (every worker's, on shared storage).
+    threads = {"busy": stats.downloading, "total": stats.downloading_threads} if running else None
     if as_json:
-        print(json.dumps({"running": running, "sites": rows,
+        print(json.dumps({"running": running, "sites": rows, "downloading_threads": threads,
                           "pages_done": sum(h.done for h in stats.hosts),
                           "run": run.run if run else None, "run_kind": run.kind if run else None,
                           "run_started_at": run.started_at if run else None}))  # fmt: skip
@@ -66,6 +68,8 @@ def status_command(settings: Settings, *, as_json: bool) -> int:
             f"{row['parsing']:>8} {row['errors']:>7} {row['duplicates']:>6}  "
             f"{row['stop_reason'] or '-'}"
         ))  # fmt: skip
+    if threads is not None:
+        print(f"downloading threads: {threads['busy']} busy of {threads['total']}")
     return EXIT_OK
 
 

@@ -8,6 +8,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rccrawler.records import DownloadDemand
+
 if TYPE_CHECKING:
     from rccrawler.records import (
         CrawlRun,
@@ -284,6 +286,24 @@ class DataManager(ABC):
     def iter_last_arcs(self, host: str) -> Iterator[PageArc]:
         """The arcs of a site's graph as the last run left it (what :meth:`iter_arcs` gave
         then), by (from, to); none before a refresh."""
+
+    def download_demand(self, limit: int) -> DownloadDemand:
+        """How many requests this process's politeness allows right now: those in flight,
+        plus, for every host that is due (its crawl delay and Retry-After passed, pages
+        waiting or its robots.txt to fetch), its free slots up to its
+        ``max_downloads_at_time``; none while the parsers are behind (downloads pause).
+        On shared storage, this worker's share: its own hosts, and its part of those no
+        worker holds yet. Counted from memory, up to ``limit``: an automatic pool of
+        DownloadingThreads asks a few times a second.
+
+        The default says nothing is allowed beyond what is in flight (an automatic
+        pool then stays at its floor)."""
+        return DownloadDemand(0, 0)
+
+    def note_download_threads(self, busy: int, total: int) -> None:
+        """This process runs ``total`` DownloadingThreads, ``busy`` of them on a request:
+        :meth:`statistics` reports the total (all workers' on shared storage), and
+        ``rccrawler status`` shows both. No-op by default."""
 
     # -- stopping from outside ----------------------------------------------------
     def request_stop(self) -> None:

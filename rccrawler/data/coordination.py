@@ -45,7 +45,7 @@ from rccrawler.data.sql import (
     retry_conflicts,
 )
 from rccrawler.policy import breadth_first_allows
-from rccrawler.records import HostData, PageData, PageId, PageState
+from rccrawler.records import DownloadDemand, HostData, PageData, PageId, PageState
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +160,8 @@ class CoordinatedDataManager(SQLDataManager):
         hosts with work (see _balance), known after the first look."""
         self._spare_published = -1
         """The idle downloading threads this worker last told the others of."""
+        self._workers_seen = 0
+        """Live workers of the crawl at the last look (see _balance); 0 before it."""
 
     # -- what the dialect supplies ----------------------------------------------------
     @abstractmethod
@@ -203,7 +205,8 @@ class CoordinatedDataManager(SQLDataManager):
             self._save_held(cur, held)
         self._reclaim(cur, self.owner)
         cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
-        cur.execute("DELETE FROM meta WHERE key = %s", (f"spare:{self.owner}",))
+        cur.execute("DELETE FROM meta WHERE key IN (%s, %s)",
+                    (f"spare:{self.owner}", self._threads_key()))  # fmt: skip
 
     def _coordinate(self) -> None:
         """Look for dead workers and share the hosts again, every ``reap_interval``
@@ -250,6 +253,7 @@ class CoordinatedDataManager(SQLDataManager):
                 cur.execute("SELECT count(*) FROM hosts WHERE robots_state = 'pending'")
                 self._robots_pending = int((cur.fetchone() or (0,))[0])
                 return None
+            self._robots_in_flight += 1
             return host_from_row(row)
 
     def _due_in(self) -> float:
@@ -323,6 +327,31 @@ class CoordinatedDataManager(SQLDataManager):
             self._handed[page.id] = page
             return replace(page)
         return None
+
+    def download_demand(self, limit: int) -> DownloadDemand:
+        with self._lock:
+            in_flight = len(self._handed) + self._robots_in_flight
+            if self._pending_bytes > self.max_pending_bytes:
+                return DownloadDemand(in_flight, in_flight)
+            now = self._now()
+            allowed = in_flight
+            for held in self._held.values():
+                data = held.data
+                if held.draining or held.dry or (held.exhausted and not held.queue):
+                    continue
+                if max(data.next_fetch_at, data.retry_after_until) <= now:
+                    allowed += max(0, data.max_downloads_at_time - data.in_flight)
+            # This worker's part of what no worker holds yet: robots.txt files to fetch,
+            # and the hosts it will lease up to its share (one request each, at first).
+            if self._workers_seen:  # known after the first look at the others
+                allowed += -(-self._robots_pending // self._workers_seen)
+                allowed += max(0, min(self._share, self.download_slots) - len(self._held))
+            else:
+                allowed += min(self._robots_pending, 1)
+            return DownloadDemand(in_flight, min(allowed, limit))
+
+    def _threads_key(self) -> str:
+        return f"{self.THREADS_KEY}:{self.owner}"
 
     def _mark_running(self, page: PageData) -> bool:
         """Mark a queued page running and this worker's, and count it, in one statement
@@ -587,7 +616,8 @@ class CoordinatedDataManager(SQLDataManager):
                 cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
                 if cur.fetchone() is None:
                     continue  # another worker reaped it first
-                cur.execute("DELETE FROM meta WHERE key = %s", (f"spare:{owner}",))
+                cur.execute("DELETE FROM meta WHERE key IN (%s, %s)",
+                            (f"spare:{owner}", f"{self.THREADS_KEY}:{owner}"))  # fmt: skip
                 moved += self._reclaim(cur, owner)
         if moved:
             logger.warning("%d pages of a worker that stopped were queued again", moved)
@@ -660,6 +690,7 @@ class CoordinatedDataManager(SQLDataManager):
             free = int((cur.fetchone() or (0,))[0])
         with self._lock:
             mine = len(self._held)
+            self._workers_seen = len(others) + 1
             held_elsewhere = sum(n for n, _idle in others.values())
             self._share = -(-(mine + held_elsewhere + free) // (len(others) + 1))
             if free or not others:

@@ -706,6 +706,7 @@ class PostgresDataManager(CoordinatedDataManager):
             host_rows = cur.fetchall()
             cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
             count_rows = cur.fetchall()
+            _busy, threads = self._noted_threads(cur)
         self._analyze_if_grown(sum(n for _h, key, n in count_rows if key.startswith("state:")))
         counts: dict[str, StateCounts] = {}
         for host, key, n in count_rows:
@@ -736,7 +737,7 @@ class PostgresDataManager(CoordinatedDataManager):
                                    finished_at=data.finished_at)  # fmt: skip
                 sites.append((data, c, parsing))
             self._robots_pending = pending
-            self._stats = snapshot(sites, self.clock())
+            self._stats = replace(snapshot(sites, self.clock()), downloading_threads=threads)
             self._stats_at = time.monotonic()
             return self._stats
 

@@ -451,6 +451,10 @@ class SQLDataManager(DataManager):
         self._deep_links = False
         """Some link was too deep to queue (then new pages look for arcs to them)."""
         self._commit_hooks: list[Callable[[], None]] = []
+        self._robots_in_flight = 0
+        """robots.txt files this process is fetching (taken, not stored yet)."""
+        self._threads_noted = (0, 0)
+        """(busy, total) DownloadingThreads of this process, as last noted."""
         self.conflicts = 0
         """Calls run again after a conflict (see :func:`retry_conflicts`)."""
 
@@ -1128,6 +1132,42 @@ class SQLDataManager(DataManager):
                 self._end_waiting(cur, host, SkipReason.ROBOTS)
             self._save_host(cur, data)
             cur.execute(self._sql("UPDATE hosts SET robots_owner = '' WHERE host = ?"), (host,))
+            self._after_commit(self._robots_stored)
+
+    def _robots_stored(self) -> None:
+        self._robots_in_flight = max(0, self._robots_in_flight - 1)
+
+    THREADS_KEY = "downloading_threads"
+    """The ``meta`` row where a process notes its DownloadingThreads: "busy total"."""
+
+    def _threads_key(self) -> str:
+        """This process's row of :attr:`THREADS_KEY` (a worker of shared storage has its own)."""
+        return self.THREADS_KEY
+
+    @retry_conflicts
+    def note_download_threads(self, busy: int, total: int) -> None:
+        if self.read_only or (busy, total) == self._threads_noted:
+            return
+        with self._atomic() as cur:
+            cur.execute(
+                self._sql("INSERT INTO meta VALUES (?, ?) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
+                (self._threads_key(), f"{busy} {total}"),
+            )  # fmt: skip
+        self._threads_noted = (busy, total)
+
+    def _noted_threads(self, cur: Cursor) -> tuple[int, int]:
+        """(busy, total) DownloadingThreads as every process of the crawl last noted them."""
+        cur.execute(
+            self._sql("SELECT value FROM meta WHERE key = ? OR key LIKE ?"),
+            (self.THREADS_KEY, self.THREADS_KEY + ":%"),
+        )
+        busy = total = 0
+        for (value,) in cur.fetchall():
+            with contextlib.suppress(ValueError):
+                noted_busy, noted_total = map(int, str(value).split())
+                busy, total = busy + noted_busy, total + noted_total
+        return busy, total
 
     def _end_waiting(self, cur: Cursor, host: str, reason: SkipReason) -> None:
         cur.execute(

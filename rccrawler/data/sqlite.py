@@ -48,6 +48,7 @@ from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
 from rccrawler.records import (
     CrawlStats,
+    DownloadDemand,
     HostData,
     PageData,
     PageId,
@@ -390,6 +391,7 @@ class SQLiteDataManager(SQLDataManager):
             self._leased.clear()
             self._held.clear()
             self._url_pages.clear()
+            self._robots_in_flight = 0
             self._load_memory()
             self._wake_downloaders = self._wake_parsers = 1 << 16
             now = self.clock()
@@ -648,6 +650,7 @@ class SQLiteDataManager(SQLDataManager):
                     host.robots_state = RobotsState.FETCHING
                     host.next_fetch_at = now + host.crawl_delay
                     del self._robots_queue[name]
+                    self._robots_in_flight += 1
                     return replace(host)
             return None
 
@@ -707,6 +710,29 @@ class SQLiteDataManager(SQLDataManager):
                 self._wake()
                 return page
             return None
+
+    def download_demand(self, limit: int) -> DownloadDemand:
+        with self._lock:
+            in_flight = len(self._leased) + self._robots_in_flight
+            if self._pending_bytes > self.max_pending_bytes:
+                return DownloadDemand(in_flight, in_flight)  # downloads pause meanwhile
+            now = self.clock()
+            allowed = in_flight
+            for name in self._robots_queue:
+                if allowed >= limit:
+                    break
+                allowed += self._hosts[name].next_fetch_at <= now
+            for name in self._candidates:
+                if allowed >= limit:
+                    break
+                host = self._hosts[name]
+                if (
+                    host.robots_state is RobotsState.READY
+                    and self._counters[name].by_state[PageState.WAITING] > 0
+                    and max(host.next_fetch_at, host.retry_after_until) <= now
+                ):
+                    allowed += max(0, host.max_downloads_at_time - host.in_flight)
+            return DownloadDemand(in_flight, min(allowed, limit))
 
     def _front_page(self, data: HostData) -> PageData | None:
         """The next page of a site's queue, leased and committed (lock held)."""
@@ -779,7 +805,13 @@ class SQLiteDataManager(SQLDataManager):
             for name, host in self._hosts.items():
                 counts = self._counters[name].counts()
                 sites.append((host, counts, counts.by_state.get(PageState.PARSING, 0)))
-            return snapshot(sites, self.clock())
+            stats = snapshot(sites, self.clock())
+            if not self.read_only:
+                return replace(stats, downloading_threads=self._threads_noted[1])
+        # ``rccrawler status``: the threads as the running crawl last noted them.
+        with self._lock:
+            busy, total = self._noted_threads(self.db.cursor())
+        return replace(stats, downloading=busy, downloading_threads=total)
 
 
 _ROWS_A_STATEMENT = 128

@@ -72,7 +72,7 @@ def create_storage(
         backend = _postgres()
         data: SQLDataManager = backend(
             settings.storage, _schema(settings), limits=limits, task_tables=task_tables,
-            read_only=read_only, download_slots=settings.downloading_threads,
+            read_only=read_only, download_slots=settings.downloading_most,
         )  # fmt: skip
         return data
     return sqlite_cls(

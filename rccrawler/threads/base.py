@@ -43,6 +43,9 @@ class CrawlerThread(threading.Thread):
         self.error: BaseException | None = None
         self.robots_token = product_token(self.settings.crawl.user_agent)
         """The crawler's name in robots rules: its User-Agent's product token."""
+        self.retiring = False
+        """Set by :meth:`retire`: the thread ends after the step it is in (an automatic
+        pool shrinking), so a page it holds is stored, never lost or taken twice."""
         self.cores: ThreadCores | None = None
         """The CPUs this thread runs on, when ``threads.one_core`` keeps it on the crawl's
         core (see :class:`rccrawler.cpus.CrawlCores`)."""
@@ -51,7 +54,7 @@ class CrawlerThread(threading.Thread):
         try:
             if self.context.cores is not None:
                 self.cores = self.context.cores.keep_this_thread()
-            while not self.stopping.is_set():
+            while not self.stopping.is_set() and not self.retiring:
                 if not self.step():
                     self.data.wait_for_work(self.idle_wait, self.work_kind)
         except StateError as exc:
@@ -67,6 +70,10 @@ class CrawlerThread(threading.Thread):
             if self.cores is not None:
                 self.cores.crawl.leave()
             self.close()
+
+    def retire(self) -> None:
+        """End this thread once its current step is done (from another thread)."""
+        self.retiring = True
 
     def robots_for(self, host: str) -> RobotsRules:
         """The host's robots rules, parsed once for all threads (``CrawlContext.robots_rules``;

@@ -124,6 +124,7 @@ class StatusView:
         self.clock = clock
         self._lock = threading.Lock()
         self._samples: deque[tuple[float, CrawlStats]] = deque()
+        self._progress: tuple[str, int, int] | None = None
         self._started_at: float | None = None
         self._stopped_at: float | None = None
         self._live: Live | None = None
@@ -133,7 +134,7 @@ class StatusView:
     def for_manager(cls, manager: ApplicationManager, **kwargs: Any) -> StatusView:
         """A view of ``manager``'s crawl; its thread totals come from the settings."""
         return cls(
-            downloading_threads=manager.settings.downloading_threads,
+            downloading_threads=manager.settings.downloading_threads or 0,
             parsing_threads=manager.settings.parsing_threads,
             **kwargs,
         )
@@ -147,6 +148,12 @@ class StatusView:
             # Keep one sample at or before the window's start, so the rate spans it whole.
             while len(self._samples) > 2 and self._samples[1][0] <= now - RATE_WINDOW:
                 self._samples.popleft()
+
+    def progress(self, what: str, done: int, total: int) -> None:
+        """Show how far work after the crawl has come (the link checker's external links),
+        on a line of its own below the threads."""
+        with self._lock:
+            self._progress = (what, done, total)
 
     def snapshots(self) -> list[CrawlStats]:
         """The snapshots in the rate window, oldest first."""
@@ -217,6 +224,7 @@ class StatusView:
         """The whole view for a screen of ``height`` lines, from the latest snapshot."""
         with self._lock:
             samples = list(self._samples)
+            progress = self._progress
         if not samples:
             # Stopped before the crawl ran (its state was locked, say): leave no frame behind.
             return Text("") if self._stopped_at is not None else Text("rccrawler: starting…")
@@ -227,7 +235,7 @@ class StatusView:
         before = {host.host: host for host in old.hosts} if span > 0 else {}
 
         warnings = self.warnings.recent()
-        room = max(3, height - FIXED_LINES - len(warnings))
+        room = max(3, height - FIXED_LINES - len(warnings) - (progress is not None))
         shown, rest = _pick_rows(new.hosts, before, room)
 
         # Below 100 columns the bar and the parsing column give their room to the site
@@ -281,7 +289,8 @@ class StatusView:
         )
         threads = Text.assemble(
             "threads  downloading ",
-            _busy(new.downloading, self.downloading_threads),
+            # An automatic pool's size is in the snapshot; a fixed one's in the settings.
+            _busy(new.downloading, new.downloading_threads or self.downloading_threads),
             "   parsing ",
             _busy(new.parsing, self.parsing_threads),
         )
@@ -292,7 +301,14 @@ class StatusView:
             "   ETA ",
             (_eta(new, pages_rate), "bold"),
         )
-        return Group(title, table, rates, threads, _warnings_panel(warnings))
+        lines: list[RenderableType] = [title, table, rates, threads]
+        if progress is not None:
+            what, done, total = progress
+            lines.append(Text.assemble(
+                f"{what}  ", (f"{done:,}", "bold"), f" of {total:,}",
+                " (done)" if done >= total else "",
+            ))  # fmt: skip
+        return Group(*lines, _warnings_panel(warnings))
 
 
 # -- rows ------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.request
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
@@ -465,6 +465,69 @@ _POOLS_KEPT = 1024
 keeps its own, fewer)."""
 
 
+UNREACHABLE_KINDS = frozenset({"dns", "connection_refused"})
+"""Failures that say a host cannot answer at all: its name does not resolve, or nothing
+listens on its port. Each is remembered for the rest of the run (:class:`UnreachableHosts`)."""
+
+
+class UnreachableHosts:
+    """The hosts of this run whose name did not resolve or whose port refused the
+    connection, so that each is tried once per run, not once per URL (a link checker's
+    800 links to a dead host cost 800 lookups and as many crawl delays).
+
+    Until a host has answered once (or failed otherwise: a timeout is no verdict on the
+    name), its requests take turns, so that several threads do not all try the dead
+    host at once. A new run (a resume) tries every host again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failed: dict[str, str] = {}
+        """"host" (DNS) or "host:port" (refused) -> the error kind."""
+        self._turns: dict[str, threading.Lock] = {}
+        """A lock per host not reached yet, held by the one request trying it."""
+        self._reached: set[str] = set()
+
+    def cause(self, host: str, port: int) -> str | None:
+        """The error kind that made ``host`` (at ``port``) unreachable this run, or None."""
+        if not self._failed:
+            return None
+        return self._failed.get(host) or self._failed.get(f"{host}:{port}")
+
+    @contextlib.contextmanager
+    def first_contact(self, host: str, port: int) -> Iterator[None]:
+        """Around a request: until the host answered once, one request at a time, and a
+        DNS failure or refusal that escapes is remembered. A host that answered before is
+        not given up on when it refuses later (a server restarting)."""
+        key = f"{host}:{port}"
+        if key in self._reached:  # a set lookup: the common case takes no lock
+            yield
+            return
+        with self._lock:
+            turn = self._turns.setdefault(key, threading.Lock())
+        with turn:
+            cause = self.cause(host, port)
+            if cause is not None:
+                raise FetchError(cause, f"{key} failed earlier in this run", retryable=False)
+            try:
+                yield
+            except FetchError as exc:
+                if exc.kind in UNREACHABLE_KINDS:
+                    with self._lock:
+                        self._failed[host if exc.kind == "dns" else key] = exc.kind
+                        self._turns.pop(key, None)
+                    logger.info("%s: %s; not tried again in this run", key, exc.kind)
+                else:
+                    self._contacted(key)
+                raise
+            self._contacted(key)
+
+    def _contacted(self, key: str) -> None:
+        with self._lock:
+            self._reached.add(key)
+            self._turns.pop(key, None)
+
+
 @functools.lru_cache(maxsize=4096)
 def _authority(scheme: str, netloc: str) -> tuple[str, int, str]:
     """A URL's host as the settings name it (lowercase, no final dot: "a.test." must not
@@ -550,6 +613,8 @@ class Fetcher:
         self._pools: dict[tuple[str, int, str], urllib3.HTTPConnectionPool] = {}
         self.request_deadline_s = request_deadline(settings.timeout_s)
         self.watchdog = _Watchdog()
+        self.unreachable = UnreachableHosts()
+        """Hosts whose name did not resolve or that refused the connection, this run."""
 
     def close(self) -> None:
         self.watchdog.close()
@@ -581,6 +646,9 @@ class Fetcher:
             host, port, address = _authority(scheme, parts.netloc)
         except ValueError as exc:  # "http://[::1", a port that is not a number
             raise FetchError("bad_url", str(exc), retryable=False) from exc
+        cause = self.unreachable.cause(host, port)
+        if cause is not None:
+            raise FetchError(cause, f"{url}: {host} failed earlier in this run", retryable=False)
         headers = {**self.headers, **headers} if headers else self.headers.copy()
         referer = referer_header(referer, url)
         if referer:
@@ -594,11 +662,17 @@ class Fetcher:
             target += "?" + parts.query
         started = time.monotonic()
         deadline = _start_deadline(self.watchdog, started + self.request_deadline_s)
+        # Through a proxy, the proxy resolves and connects: its failures are not the host's.
+        contact = (
+            contextlib.nullcontext() if self.settings.proxy
+            else self.unreachable.first_contact(host, port)
+        )  # fmt: skip
         try:
-            resp, body, truncated = self._send(
-                url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send,
-                method, address=address,
-            )  # fmt: skip
+            with contact:
+                resp, body, truncated = self._send(
+                    url, parts.netloc, scheme, host, port, target, headers, max_bytes, on_send,
+                    method, address=address,
+                )  # fmt: skip
         except FetchError as exc:
             if deadline.expired:
                 raise FetchError("timeout", f"{url}: over the request deadline",
@@ -626,6 +700,16 @@ class Fetcher:
             truncated=truncated,
             elapsed=time.monotonic() - started,
         )
+
+    def unreachable_cause(self, url: str) -> str | None:
+        """Why ``url``'s host cannot be reached in this run (``dns``, ``connection_refused``),
+        or None: a request to it would fail at once, so a caller need not wait its turn."""
+        try:
+            parts = urlsplit(url)
+            host, port, _address = _authority(parts.scheme.lower(), parts.netloc)
+        except ValueError:
+            return None
+        return self.unreachable.cause(host, port)
 
     def _connection_pool(self, address: str, port: int, scheme: str) -> urllib3.HTTPConnectionPool:
         """urllib3's pool for a host, looked up once per host, not per request: the
