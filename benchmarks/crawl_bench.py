@@ -415,12 +415,20 @@ def tail(path: Path, lines: int = 8) -> str:
 
 
 def crawl_ours(
-    url: str, folder: Path, timeout: float, *, all_cores: bool = False, parse_worker: bool = False
+    url: str,
+    folder: Path,
+    timeout: float,
+    *,
+    all_cores: bool = False,
+    parse_worker: bool = False,
+    downloading: str = "8",
 ) -> tuple[Measure, int, set[str], str]:
-    """rccrawler with the settings of the issue (``threads.one_core: false`` or
-    ``threads.parse_worker: true`` if asked);
+    """rccrawler with the settings of the issue (``threads.one_core: false``,
+    ``threads.parse_worker: true`` or another ``threads.downloading`` if asked);
     pages from report.json, URLs from nodes.csv."""
-    threads: dict[str, bool] = {}
+    threads: dict[str, bool | int | str] = {}
+    if downloading != "8":
+        threads["downloading"] = downloading if downloading == "auto" else int(downloading)
     if all_cores:
         threads["one_core"] = False
     if parse_worker:
@@ -676,6 +684,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--parse-worker", action="store_true", help="rccrawler with threads.parse_worker: true"
     )
+    parser.add_argument(
+        "--downloading", default="8",
+        help="rccrawler's threads.downloading: auto (the default setting) or a number (8)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sites.split(",") if name.strip()]
     unknown = [name for name in names if name not in SITES]
@@ -691,11 +703,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.all_cores or args.parse_worker:  # the same three crawlers, rccrawler set so
+    if args.all_cores or args.parse_worker or args.downloading != "8":
+        # The same three crawlers, rccrawler set so.
         CRAWL["ours"] = functools.partial(
-            crawl_ours, all_cores=args.all_cores, parse_worker=args.parse_worker
-        )
-        asked = [("all cores", args.all_cores), ("parse worker", args.parse_worker)]
+            crawl_ours, all_cores=args.all_cores, parse_worker=args.parse_worker,
+            downloading=args.downloading,
+        )  # fmt: skip
+        asked = [("all cores", args.all_cores), ("parse worker", args.parse_worker),
+                 (f"downloading {args.downloading}", args.downloading != "8")]  # fmt: skip
         LABELS["ours"] = f"rccrawler ({', '.join(name for name, on in asked if on)})"
     started = time.monotonic()
     sites: list[Site] = args.sites

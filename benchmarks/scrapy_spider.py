@@ -1,16 +1,24 @@
-"""The Scrapy side of benchmarks/crawl_bench.py: the same crawl rccrawler does, done by Scrapy.
+"""The Scrapy side of benchmarks/crawl_bench.py and polite_many.py: the crawl rccrawler
+does, done by Scrapy.
 
     python benchmarks/scrapy_spider.py START_URL OUTFILE
+    python benchmarks/scrapy_spider.py --delay 1 --concurrency 300 --per-host 1 \
+        --loopback @URLS_FILE OUTFILE
 
-Breadth-first from START_URL along `<a href>` links to the same host (scheme, host and
-port), robots.txt obeyed, no delay, 8 requests in flight, and only 200 text/html (or
-application/xhtml+xml) responses parsed for links. Every link is requested whatever its
-extension (`deny_extensions=[]`), as rccrawler does, so both crawlers fetch the same URLs.
-The final URL of every HTML page crawled is written to OUTFILE, one a line.
+Breadth-first from START_URL (or every URL of the file after ``@``) along `<a href>`
+links to the page's own host (scheme, host and port), robots.txt obeyed, and only 200
+text/html (or application/xhtml+xml) responses parsed for links. By default no delay and
+8 requests in flight (crawl_bench); ``--delay``, ``--concurrency`` and ``--per-host``
+set DOWNLOAD_DELAY (not randomized), CONCURRENT_REQUESTS and
+CONCURRENT_REQUESTS_PER_DOMAIN. ``--loopback`` resolves every name to 127.0.0.1 (the
+benchmarks' virtual hosts, as rccrawler's ``crawl.resolve`` does). Every link is requested
+whatever its extension (`deny_extensions=[]`), as rccrawler does, so both crawlers fetch
+the same URLs. The final URL of every HTML page crawled is written to OUTFILE, one a line.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +29,8 @@ from scrapy import Request, Spider
 from scrapy.crawler import CrawlerProcess
 from scrapy.http import HtmlResponse, Response
 from scrapy.linkextractors import LinkExtractor
+from scrapy.resolver import CachingThreadedResolver
+from twisted.internet import defer
 
 from rccrawler.web.html import HTML_MEDIA_TYPES
 
@@ -57,10 +67,9 @@ class SameHostSpider(Spider):
 
     name = "crawl_bench"
 
-    def __init__(self, start_url: str, outfile: str, **kwargs: Any) -> None:
+    def __init__(self, start_urls: list[str], outfile: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.start_urls = [start_url]
-        self.host = urlsplit(start_url).netloc.lower()
+        self.start_urls = start_urls
         self.outfile = Path(outfile)
         self.pages: list[str] = []
         self.links = LinkExtractor(tags=("a",), attrs=("href",), deny_extensions=[], unique=True)
@@ -86,20 +95,45 @@ class SameHostSpider(Spider):
         ):
             return
         self.pages.append(response.url)
+        host = urlsplit(response.url).netloc.lower()
         for link in self.links.extract_links(response):
-            if same_host(link.url, self.host):
+            if same_host(link.url, host):
                 yield Request(link.url, callback=self.parse)
 
     def closed(self, reason: str) -> None:
         self.outfile.write_text("".join(f"{url}\n" for url in self.pages))
 
 
+class LoopbackResolver(CachingThreadedResolver):
+    """Every name is 127.0.0.1: the benchmarks' virtual hosts on the loopback server."""
+
+    def getHostByName(self, name: str, timeout: Any = ()) -> defer.Deferred[str]:
+        return defer.succeed("127.0.0.1")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python benchmarks/scrapy_spider.py START_URL OUTFILE", file=sys.stderr)
-        return 2
-    process = CrawlerProcess(settings=SETTINGS, install_root_handler=True)
-    process.crawl(SameHostSpider, start_url=argv[0], outfile=argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("start", help="the start URL, or @FILE of start URLs, one a line")
+    parser.add_argument("outfile")
+    parser.add_argument("--delay", type=float, default=0.0, help="DOWNLOAD_DELAY, seconds")
+    parser.add_argument("--concurrency", type=int, default=8, help="CONCURRENT_REQUESTS")
+    parser.add_argument("--per-host", type=int, default=8, help="CONCURRENT_REQUESTS_PER_DOMAIN")
+    parser.add_argument("--loopback", action="store_true", help="every name is 127.0.0.1")
+    args = parser.parse_args(argv)
+    if args.start.startswith("@"):
+        starts = Path(args.start[1:]).read_text().split()
+    else:
+        starts = [args.start]
+    settings = {
+        **SETTINGS,
+        "DOWNLOAD_DELAY": args.delay,
+        "CONCURRENT_REQUESTS": args.concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": args.per_host,
+    }
+    if args.loopback:
+        settings["TWISTED_DNS_RESOLVER"] = f"{__name__}.LoopbackResolver"
+    process = CrawlerProcess(settings=settings, install_root_handler=True)
+    process.crawl(SameHostSpider, start_urls=starts, outfile=args.outfile)
     process.start()
     return 0
 

@@ -166,15 +166,15 @@ class DownloadingPool:
             return []
         size = len(self.live)
         target = self.size_for(demand.allowed, now)
-        if target > size:
+        if self.cpu_share >= CPU_SATURATED:
+            target = min(target, max(self.floor, size - size // 4))
+        elif target > size:
             if self.cpu_share >= CPU_BOUND:
                 return []
             made = self._make(min(target, 2 * size) - size)
             logger.debug("downloading threads: %d -> %d (%d requests allowed now)",
                          size, len(self.live), demand.allowed)  # fmt: skip
             return made
-        if self.cpu_share >= CPU_SATURATED and size > self.floor:
-            target = min(target, max(self.floor, size - size // 4))
         if target < size:
             self._retire(size - target)
             logger.debug("downloading threads: %d -> %d (%d requests allowed now, CPU %.2f)",

@@ -173,6 +173,8 @@ class SiteServer(ThreadingHTTPServer):
         self.errors: list[BaseException] = []
         """Exceptions raised by responders (answered 500), for tests to re-raise."""
         self.peak_in_flight: Counter[str] = Counter()
+        self.peak_total_in_flight = 0
+        """The most requests of all hosts answered at once."""
         self._in_flight: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._hit = threading.Condition(self._lock)
@@ -229,6 +231,11 @@ class SiteServer(ThreadingHTTPServer):
         with self._lock:
             return [answer for answer in self.answers if answer.host == host]
 
+    def total_in_flight(self) -> int:
+        """Requests of every host being answered now (a responder's own included)."""
+        with self._lock:
+            return self._in_flight.total()
+
     def reset(self) -> None:
         """Forget hits, answers, errors and peaks, e.g. between the two halves of a resume
         test."""
@@ -237,6 +244,7 @@ class SiteServer(ThreadingHTTPServer):
             self.answers.clear()
             self.errors.clear()
             self.peak_in_flight = Counter(+self._in_flight)
+            self.peak_total_in_flight = self._in_flight.total()
 
     # -- bookkeeping ----------------------------------------------------------
 
@@ -273,6 +281,7 @@ class SiteServer(ThreadingHTTPServer):
             self.peak_in_flight[hit.host] = max(
                 self.peak_in_flight[hit.host], self._in_flight[hit.host]
             )
+            self.peak_total_in_flight = max(self.peak_total_in_flight, self._in_flight.total())
 
     def _leave(self, host: str) -> None:
         with self._lock:
