@@ -53,7 +53,7 @@ def test_the_pool_grows_past_8_when_many_slow_hosts_are_due(serve, crawler):
     server = serve(slow_hosts(ref, AUTO_FLOOR + 4))
     ref.append(server)
     result = crawler.run(list(server.sites), server.resolve, threads={"parsing": 2},
-                         crawl={"max_downloads_at_time": 1})  # fmt: skip
+                         crawl={"max_downloads_at_time": 1, "timeout_s": 3 * GATE_S})  # fmt: skip
     assert result.finished
     assert server.peak_total_in_flight > AUTO_FLOOR
     assert result.manager.pool.peak > AUTO_FLOOR
@@ -67,7 +67,7 @@ def test_the_pool_never_exceeds_max_downloading(serve, crawler):
     ref.append(server)
     result = crawler.run(list(server.sites), server.resolve,
                          threads={"parsing": 2, "max_downloading": 12},
-                         crawl={"max_downloads_at_time": 1})  # fmt: skip
+                         crawl={"max_downloads_at_time": 1, "timeout_s": 3 * GATE_S})  # fmt: skip
     assert result.finished
     assert result.manager.pool.peak == 12  # it got there (the gate opened at 12)...
     assert server.peak_total_in_flight <= 12  # ...and never past it
@@ -92,7 +92,7 @@ def test_the_pool_shrinks_back_when_hosts_run_out(serve, crawler):
     # long.test's last page waits for a parse of its start page: by then the other hosts
     # may still be answered; the last page is held until the pool is back at its floor.
     result = crawler.run(list(server.sites), server.resolve, threads={"parsing": 2},
-                         crawl={"max_downloads_at_time": 1})  # fmt: skip
+                         crawl={"max_downloads_at_time": 1, "timeout_s": 3 * GATE_S})  # fmt: skip
     assert result.finished
     assert result.manager.pool.peak > AUTO_FLOOR
     assert seen and seen[-1] <= AUTO_FLOOR, seen

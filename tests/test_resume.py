@@ -160,6 +160,9 @@ def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_si
     running = json.loads(run(config, "status", "--json").stdout)
     assert running["running"] is True
     assert running["sites"][0]["stop_reason"] == "running"
+    # The crawl's DownloadingThreads, as it noted them (a fixed pool of 4 here).
+    assert running["downloading_threads"]["total"] == 4
+    assert 0 <= running["downloading_threads"]["busy"] <= 4
     stop = run(config, "stop")
     assert stop.returncode == 0
     out, _err = proc.communicate(timeout=60)
@@ -168,6 +171,7 @@ def test_stop_command_and_status_agree_with_the_output(serve, tmp_path, small_si
     stopped = json.loads(run(config, "status", "--json").stdout)
     site_status = stopped["sites"][0]
     assert stopped["running"] is False
+    assert stopped["downloading_threads"] is None
     assert site_status["stop_reason"].startswith("stopped")
     assert 0 < site_status["done"] < 800 and site_status["waiting"] > 0
     assert run(config).returncode == 0

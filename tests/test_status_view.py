@@ -7,6 +7,7 @@ The unit tests render the view to a ``Console(StringIO)`` with a hand-moved cloc
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -295,6 +296,18 @@ def test_running_counts_requests_in_flight_and_parsing_has_its_own_column():
     assert re.search(r"^\s*site\s+done\s+waiting\s+running\s+parsing\s+errors\s+dups", screen,
                      re.M), screen  # fmt: skip
     assert re.search(r"^a\.test\s+7\s+5\s+1\s+6\s+0\s+0\s", screen, re.M), screen
+
+
+def test_an_automatic_pool_shows_its_size_and_work_after_the_crawl_its_progress():
+    clock = MockClock()
+    view = StatusView(downloading_threads=0, parsing_threads=2, clock=clock)  # auto
+    stats = snapshot(host("a.test", done=5, waiting=100, running=40), downloading=40)
+    view.update(dataclasses.replace(stats, downloading_threads=57))
+    assert "downloading 40/57 busy, 17 idle" in render(view)
+    view.progress("external links checked", 120, 807)
+    assert "external links checked  120 of 807" in render(view)
+    view.progress("external links checked", 807, 807)
+    assert "external links checked  807 of 807 (done)" in render(view)
 
 
 def test_eta_is_a_lower_bound_while_links_are_still_found():

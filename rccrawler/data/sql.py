@@ -454,7 +454,8 @@ class SQLDataManager(DataManager):
         self._robots_in_flight = 0
         """robots.txt files this process is fetching (taken, not stored yet)."""
         self._threads_noted = (0, 0)
-        """(busy, total) DownloadingThreads of this process, as last noted."""
+        """(busy, total) DownloadingThreads of this process, as last written."""
+        self._threads_written_at = -1e9
         self.conflicts = 0
         """Calls run again after a conflict (see :func:`retry_conflicts`)."""
 
@@ -1144,9 +1145,18 @@ class SQLDataManager(DataManager):
         """This process's row of :attr:`THREADS_KEY` (a worker of shared storage has its own)."""
         return self.THREADS_KEY
 
+    THREADS_WRITE_EVERY_S = 1.0
+    """Seconds at least between two writes of a changed busy count (a new total is
+    written at once): ``rccrawler status`` needs no more, and the crawl's writes wait."""
+
     @retry_conflicts
     def note_download_threads(self, busy: int, total: int) -> None:
         if self.read_only or (busy, total) == self._threads_noted:
+            return
+        now = time.monotonic()
+        if total == self._threads_noted[1] and now < self._threads_written_at + (
+            self.THREADS_WRITE_EVERY_S
+        ):
             return
         with self._atomic() as cur:
             cur.execute(
@@ -1155,6 +1165,7 @@ class SQLDataManager(DataManager):
                 (self._threads_key(), f"{busy} {total}"),
             )  # fmt: skip
         self._threads_noted = (busy, total)
+        self._threads_written_at = now
 
     def _noted_threads(self, cur: Cursor) -> tuple[int, int]:
         """(busy, total) DownloadingThreads as every process of the crawl last noted them."""
