@@ -7,6 +7,7 @@ them and never the other way round, and a task sees in one place what it may rea
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from rccrawler.cpus import CrawlCores, crawl_cores
+from rccrawler.web.urls import named_authorities
 from rccrawler.workers import LargePageParser
 
 if TYPE_CHECKING:
@@ -135,6 +137,13 @@ class CrawlContext:
             self.cores = crawl_cores()
         if self.large_pages is None:
             self.large_pages = LargePageParser(enabled=self.settings.parse_worker)
+
+    @functools.cached_property
+    def named_authorities(self) -> frozenset[str]:
+        """The ``host:port`` keys the settings name (sites and ``crawl.resolve``): the only
+        non-public hosts robots.txt redirects may reach. Made once a crawl, not once a
+        thread (an automatic pool starts hundreds; each took 1.5 ms for 300 sites)."""
+        return named_authorities(self.settings.sites, self.settings.crawl.resolve)
 
     def show_progress(self, what: str, done: int, total: int) -> None:
         """Tell the user how far work after the crawl has come (a task's unloader: the

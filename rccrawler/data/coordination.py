@@ -275,15 +275,14 @@ class CoordinatedDataManager(SQLDataManager):
                 if self._lease_host():
                     self._lease_look = LEASE_LOOK_S[0]
             page = self._take_from_held()
+            if page is None and time.monotonic() >= self._next_try:
+                self._next_try = time.monotonic() + LEASE_LOOK_S[0]
+                if self._lease_host():
+                    self._lease_look = LEASE_LOOK_S[0]
+                    page = self._take_from_held()
             if page is not None:
-                return page
-            if time.monotonic() < self._next_try:
-                return None
-            self._next_try = time.monotonic() + LEASE_LOOK_S[0]
-            if self._lease_host():
-                self._lease_look = LEASE_LOOK_S[0]
-                return self._take_from_held()
-            return None
+                self._took()
+            return page
 
     def _take_from_held(self) -> PageData | None:
         """A due page of a host this worker holds (lock held), marked running."""

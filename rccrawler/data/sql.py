@@ -405,6 +405,14 @@ DUE_WAIT_MAX_S = 1.0
 finds no host held back by its politeness says this."""
 
 
+DUE_WATCHERS = 2
+"""Idle downloading threads that wake when the next host comes due; the others wait to
+be woken. A thread that leases a page wakes one more (:meth:`SQLDataManager._took`), so
+hosts due together are taken one after another by as many threads as they need, and
+the 200 idle threads of a crawl of many polite hosts do not all wake each time one
+comes due (every few milliseconds)."""
+
+
 MAX_PENDING_BYTES = 3 * 1024 * 1024
 """Downloaded bodies waiting for a parser, by default. Enough to keep the parsers fed
 (about 20 pages of the Python docs, 200 of the PostgreSQL docs'); 8 MiB before, which
@@ -439,6 +447,8 @@ class SQLDataManager(DataManager):
         self._parse_ready = threading.Condition(self._lock)
         self._wake_downloaders = 0
         self._wake_parsers = 0
+        self._due_watchers = 0
+        """Idle downloading threads waiting for the next host to come due."""
         self._due_in_s = DUE_WAIT_MAX_S
         """Seconds until the soonest host held back by its politeness is due, as the last
         take saw it: how long an idle downloading thread waits (see :meth:`_held_back`)."""
@@ -1206,7 +1216,15 @@ class SQLDataManager(DataManager):
                 self._parse_ready.wait(timeout)
         elif kind == "download":
             with self._download_ready:
-                self._download_ready.wait(min(timeout, max(0.001, self._due_in())))
+                if self._due_watchers >= DUE_WATCHERS:
+                    # Woken by new work, or by a thread that just leased some (_took).
+                    self._download_ready.wait(DUE_WAIT_MAX_S)
+                    return
+                self._due_watchers += 1
+                try:
+                    self._download_ready.wait(min(timeout, max(0.001, self._due_in())))
+                finally:
+                    self._due_watchers -= 1
         else:
             super().wait_for_work(timeout, kind)
 
@@ -1214,6 +1232,11 @@ class SQLDataManager(DataManager):
         with self._lock:
             self._download_ready.notify_all()
             self._parse_ready.notify_all()
+
+    def _took(self) -> None:
+        """A downloading thread leased a page (lock held): wake one idle thread, which
+        leases the next due page or watches for the next host to come due."""
+        self._download_ready.notify(1)
 
     def _due_in(self) -> float:
         """Seconds until a download may be due, as the last take saw it."""

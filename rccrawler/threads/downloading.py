@@ -14,7 +14,6 @@ from rccrawler.web.robots import RobotsRules, cut_robots_body
 from rccrawler.web.sitemaps import parse_sitemap, sitemap_seeds
 from rccrawler.web.urls import (
     link_scope,
-    named_authorities,
     normalize_url,
     own_request_block,
     request_url,
@@ -48,7 +47,7 @@ class DownloadingThread(CrawlerThread):
         super().__init__(context, index)
         self.fetcher = context.fetcher
         self.crawl = context.settings.crawl
-        self.named = named_authorities(context.settings.sites, self.crawl.resolve)
+        self.named = context.named_authorities
         """Hosts the settings name: the only non-public ones robots redirects may reach."""
 
     def step(self) -> bool:
