@@ -145,16 +145,16 @@ def test_an_automatic_pool_doubles_towards_the_demand_and_keeps_the_recent_peak(
         clocks.advance(0.6)
         pool.adjust()
         sizes.append(len(pool.live))
-    assert sizes == [16, 32, 64, 69, 69]  # doubling, up to 60 and its headroom (60/8 + 2)
-    assert data.noted == (0, 69)
+    assert sizes == [16, 32, 63, 63, 63]  # doubling, up to 60 and its headroom (60/16)
+    assert data.noted == (0, 63)
     data.allowed = 0  # the hosts ran out: kept for a while, then back to the floor
     clocks.advance(0.6)
     pool.adjust()
-    assert len(pool.live) == 69
+    assert len(pool.live) == 63
     clocks.advance(SHRINK_AFTER_S)
     pool.adjust()
     assert len(pool.live) == AUTO_FLOOR
-    assert all(t.retiring for t in pool.retired) and len(pool.retired) == 69 - AUTO_FLOOR
+    assert all(t.retiring for t in pool.retired) and len(pool.retired) == 63 - AUTO_FLOOR
 
 
 def test_a_cpu_bound_crawl_gets_no_more_threads_and_gives_back_those_it_has():
