@@ -754,7 +754,8 @@ def settings_mapping(settings: Settings) -> dict[str, Any]:
         "state_dir": str(settings.state_dir.absolute()),
         "output_dir": str(settings.output_dir.absolute()),
         "threads": {
-            "downloading": settings.downloading_threads,
+            "downloading": settings.downloading_threads or "auto",
+            "max_downloading": settings.max_downloading,
             "parsing": settings.parsing_threads,
             "one_core": settings.one_core,
             "parse_worker": settings.parse_worker,
