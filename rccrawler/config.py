@@ -259,7 +259,7 @@ _TOP_KEYS = {
     "parser", "downloading_thread", "parsing_thread", "routine_thread", "finisher",
     "unloaders", "name",
 }  # fmt: skip
-_THREADS_KEYS = ("downloading", "max_downloading", "parsing", "one_core", "parse_worker")
+_THREADS_KEYS = ("downloading", "parsing", "one_core", "parse_worker", "max_downloading")
 
 
 def unknown_key(key: str, known: Sequence[str], elsewhere: Sequence[str] = ()) -> ConfigError:
