@@ -121,7 +121,7 @@ def test_sigkill_at_five_moments_loses_and_repeats_nothing_but_in_flight_pages(
         in_flight_at_kills |= {p for p, state in page_states(config).items() if state in IN_FLIGHT}
         again = [hit.path for hit in server.hits[seen:]]
         assert not finished & set(again), sorted(finished & set(again))[:5]
-    final = run(config, timeout=TAKEOVER_S)  # what is left: a few hundred pages
+    final = run(config)  # what is left: a few hundred pages (run()'s bound, not a speed)
     assert final.returncode == 0, final.stderr
     counts = Counter(hit.path for hit in server.hits if hit.path != "/robots.txt")
     twice = {path for path, n in counts.items() if n > 1}
@@ -358,7 +358,7 @@ def test_a_second_interrupt_stops_at_once_and_the_state_still_resumes(serve, tmp
             proc.wait(timeout=0.05)
     proc.communicate(timeout=20)
     assert proc.returncode == 130
-    final = run(config, timeout=TAKEOVER_S + 10)  # about 5 s of requests
+    final = run(config)  # about 5 s of requests; run()'s bound holds on a busy machine
     assert final.returncode == 0, final.stderr
     assert len(read_graph(tmp_path / "output")[0]) == 40
 
