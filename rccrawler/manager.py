@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, overload
@@ -52,7 +53,7 @@ from rccrawler.web.urls import host_of, normalize_url, request_url
 if TYPE_CHECKING:
     import argparse
     import threading
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
     from rccrawler.config import CrawlSettings
     from rccrawler.context import StatusSink
@@ -197,6 +198,10 @@ class ApplicationManager:
     makes two URLs one page. A resumed run that changes one is refused (SPEC §3); every
     other key takes effect for the work that waits. A task adds its own (the search
     task: how its index is built)."""
+    section_defaults: ClassVar[Mapping[str, Mapping[str, object]]] = {}
+    """What a key of this task's own settings section means when it is left out: a
+    resumed run compares settings by what they mean, so writing a default out (``search:
+    {language: english}``) changes nothing."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -418,7 +423,10 @@ class ApplicationManager:
                 # Saved by an older version: the crawl was kept in SQLite in this state_dir.
                 raise self.refusal("storage", "sqlite", self.run_settings().mapping["storage"])
             return resuming
-        changes = settings_changes(saved.mapping, self.run_settings().mapping)
+        changes = settings_changes(
+            self.with_section_defaults(saved.mapping),
+            self.with_section_defaults(self.run_settings().mapping),
+        )
         for key in self.identity_keys:
             for changed, old, new in changes:
                 if changed != key:
@@ -433,6 +441,17 @@ class ApplicationManager:
         if resuming:
             self.changes = changes
         return resuming
+
+    @classmethod
+    def with_section_defaults(cls, mapping: Mapping[str, Any]) -> dict[str, Any]:
+        """A settings mapping with the keys of the task's sections it leaves out
+        written as their defaults (:attr:`section_defaults`)."""
+        filled = dict(mapping)
+        for name, defaults in cls.section_defaults.items():
+            section = filled.get(name)
+            if section is None or isinstance(section, Mapping):
+                filled[name] = {**defaults, **(section or {})}
+        return filled
 
     def refusal(self, key: str, old: object, new: object) -> StateError:
         """The one line that refuses a resumed run changing ``key`` of :attr:`identity_keys`.

@@ -356,6 +356,11 @@ def test_an_index_setting_of_the_search_task_is_refused_on_resume(serve, tmp_pat
     allowed = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr
     assert resume_line(allowed.stdout).endswith("changed: search.workers false → true")
+    # A default written out is the same setting: the saved crawl left language out.
+    write_settings(tmp_path, server, **task, search={"workers": True, "language": "english"})
+    spelled = cli("--config", "settings.yaml", "--no-tui", "-q", cwd=tmp_path)
+    assert spelled.returncode == 0, spelled.stderr
+    assert resume_line(spelled.stdout).endswith("; no setting changed"), spelled.stdout
 
 
 def test_the_last_runs_settings_are_kept_in_the_state_without_a_password(tmp_path):

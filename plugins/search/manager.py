@@ -11,6 +11,7 @@ from plugins.search.commands import search_arguments, search_command, words_argu
 from plugins.search.index import TABLES, SearchIndex, build_lists
 from plugins.search.query import QueryEvaluator
 from plugins.search.settings import (
+    SEARCH_DEFAULTS,
     SEARCH_KEYS,
     index_caps,
     index_partitions,
@@ -53,6 +54,7 @@ class SearchManager(WebGraphManager):
     )  # fmt: skip
     """How the index is built: its words would not match a query's (partitions are not
     here: a saved crawl keeps the ones it was created with)."""
+    section_defaults: ClassVar[Mapping[str, Mapping[str, object]]] = {"search": SEARCH_DEFAULTS}
     commands: ClassVar[Mapping[str, TaskCommand]] = {
         **WebGraphManager.commands,
         "search": TaskCommand("search the crawl's index", search_command, search_arguments),

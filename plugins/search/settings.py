@@ -29,6 +29,13 @@ processes."""
 
 CAP_DEFAULTS = {"max_words": MAX_WORDS, "max_positions": MAX_POSITIONS}
 
+SEARCH_DEFAULTS: Mapping[str, object] = {
+    "stopwords": None, "synonyms": None, "language": DEFAULT_LANGUAGE, **CAP_DEFAULTS,
+    "partitions": None, "workers": True,
+}  # fmt: skip
+"""What each key of the ``search:`` section means when it is left out (the bundled word
+lists, English, the caps, the backend's partitions, worker processes)."""
+
 
 def search_section(settings: Settings) -> Mapping[str, Any]:
     section = settings.sections.get("search") or {}
@@ -54,7 +61,7 @@ def _list_path(settings: Settings, key: str) -> Path | None:
 def text_processor(settings: Settings) -> TextProcessor:
     """The content processor that the ``search:`` section describes."""
     section = search_section(settings)
-    language = section.get("language", DEFAULT_LANGUAGE)
+    language = section.get("language", SEARCH_DEFAULTS["language"])
     if language not in languages():
         raise ConfigError("search.language", f"no Snowball stemmer for {language!r}")
     try:
@@ -94,7 +101,7 @@ def index_caps(settings: Settings) -> dict[str, int]:
 def index_workers(settings: Settings) -> bool:
     """``workers`` of the ``search:`` section (default true): whether each parsing
     thread parses and indexes its pages in a worker process (:mod:`plugins.search.worker`)."""
-    value = search_section(settings).get("workers", True)
+    value = search_section(settings).get("workers", SEARCH_DEFAULTS["workers"])
     if not isinstance(value, bool):
         raise ConfigError("search.workers", "must be true or false")
     return value
