@@ -10,6 +10,8 @@ import re
 import shlex
 import sqlite3
 import subprocess
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -267,13 +269,17 @@ def test_report_html_has_a_section_since_the_last_crawl(serve, crawler):
 
 
 class ChangingSite(Mapping[str, StaticResource]):
-    """A generated site whose pages have validators, with pages replaced by ``edits``."""
+    """A generated site whose pages have validators, with pages replaced by ``edits``.
+    While ``gate`` is given and not set, every answer waits for it (with a bound)."""
 
-    def __init__(self, pages: int) -> None:
-        self.base = generated_site(HOST, pages, fanout=5)
+    def __init__(self, pages: int, host: str = HOST, gate: threading.Event | None = None) -> None:
+        self.base = generated_site(host, pages, fanout=5)
         self.edits: dict[str, StaticResource] = {}
+        self.gate = gate
 
     def __getitem__(self, path: str) -> StaticResource:
+        if self.gate is not None:
+            self.gate.wait(GATE_S)
         if path in self.edits:
             return self.edits[path]
         found = self.base[path]
@@ -287,7 +293,7 @@ class ChangingSite(Mapping[str, StaticResource]):
 
     def edit(self) -> None:
         """Some pages edited, one gone, one redirecting, one new page linked."""
-        for i in (3, 40, 150, 260):
+        for i in (3, 40, 120, 180):
             body = self.base.body(i).replace(b"</h1>", b"</h1><p>edited since</p>")
             self.edits[page_path(i)] = Resource(body, validators=True)
         extra = b"</h1><p>edited, with a new page</p><a href='/brand-new.html'>new</a>"
@@ -299,31 +305,42 @@ class ChangingSite(Mapping[str, StaticResource]):
         self.edits[page_path(90)] = redirect(page_path(91))
 
 
-def sorted_rows(result: CrawlResult) -> list[tuple[str, ...]]:
-    return sorted(tuple(row.values()) for row in result.changes(HOST))
+GATE_S = 60.0
+"""The longest a gated answer waits: the workers of a refresh start within it."""
 
 
-def refreshed_reference(serve, tmp_path: Path, storage: str, pages: int) -> list[tuple[str, ...]]:
-    """H.changes.csv of an uninterrupted refresh (one worker) of a ChangingSite."""
-    site = ChangingSite(pages)
-    server = serve({HOST: site})
+def sorted_rows(result: CrawlResult, host: str = HOST) -> list[tuple[str, ...]]:
+    return sorted(tuple(row.values()) for row in result.changes(host))
+
+
+def refreshed_reference(
+    serve, tmp_path: Path, storage: str, pages: int, hosts: tuple[str, ...] = (HOST,)
+) -> dict[str, list[tuple[str, ...]]]:
+    """Each host's H.changes.csv after an uninterrupted refresh (one worker) of
+    ChangingSites."""
+    sites = {host: ChangingSite(pages, host) for host in hosts}
+    server = serve(sites)
     runner = CrawlRunner(tmp_path / "reference", storage=storage)
     try:
-        runner.run([HOST], server.resolve)
-        site.edit()
-        rows = sorted_rows(runner.run([HOST], server.resolve, refresh=True))
+        runner.run(list(hosts), server.resolve)
+        for site in sites.values():
+            site.edit()
+        refreshed = runner.run(list(hosts), server.resolve, refresh=True)
+        rows = {host: sorted_rows(refreshed, host) for host in hosts}
     finally:
         runner.discard()
-    kinds = Counter(row[1] for row in rows)
-    assert kinds["changed"] == 5 and kinds["added"] == 1 and kinds["redirected"] == 1, kinds
-    assert kinds["removed"] >= 1 and kinds["unchanged"] > pages // 2, kinds
+    for host in hosts:
+        kinds = Counter(row[1] for row in rows[host])
+        assert kinds["changed"] == 5 and kinds["added"] == 1, (host, kinds)
+        assert kinds["redirected"] == 1 and kinds["removed"] >= 1, (host, kinds)
+        assert kinds["unchanged"] > pages // 2, (host, kinds)
     return rows
 
 
 def test_kill_9_in_the_middle_of_a_refresh_then_resume_gives_the_same_changes(
     serve, crawler, tmp_path, storage
 ):
-    expected = refreshed_reference(serve, tmp_path, storage, 400)
+    expected = refreshed_reference(serve, tmp_path, storage, 400)[HOST]
     site = ChangingSite(400)
     server = serve({HOST: site})
     config = crawler.settings_file([HOST], server.resolve, crawl={"max_downloads_at_time": 2})
@@ -341,32 +358,64 @@ def test_kill_9_in_the_middle_of_a_refresh_then_resume_gives_the_same_changes(
     assert after and all(a.headers.get("if-none-match") for a in after)
 
 
+WORKER_HOSTS = ("a.test", "b.test", "c.test")
+
+
+def joined_the_refresh(log: Path) -> bool:
+    """Whether a worker's log says it began run 2 or joined it (SPEC §10)."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    return "refresh: run 2 of the crawl begins" in text or "the last run is not over" in text
+
+
 def test_a_refresh_by_three_postgresql_workers_gives_the_changes_of_one(serve, tmp_path):
     postgresql = require_postgresql()
-    expected = refreshed_reference(serve, tmp_path, postgresql, 400)
-    site = ChangingSite(400)
-    server = serve({HOST: site})
+    expected = refreshed_reference(serve, tmp_path, postgresql, 200, WORKER_HOSTS)
+    gate = threading.Event()
+    sites = {host: ChangingSite(200, host, gate) for host in WORKER_HOSTS}
+    gate.set()
+    server = serve(sites)
     runner = CrawlRunner(tmp_path / "workers", storage=postgresql)
+    workers: list[subprocess.Popen[bytes]] = []
     try:
-        threads = {"downloading": 3, "parsing": 1}
-        runner.run([HOST], server.resolve, threads=threads)
-        site.edit()
-        config = runner.settings_file([HOST], server.resolve, threads=threads)
+        # A gated answer may wait for the last worker to start: no timeout meanwhile.
+        options = {"threads": {"downloading": 3, "parsing": 1}, "crawl": {"timeout_s": 90}}
+        runner.run(list(WORKER_HOSTS), server.resolve, **options)
+        for site in sites.values():
+            site.edit()
+        config = runner.settings_file(list(WORKER_HOSTS), server.resolve, **options)
         command, env = crawl_command(config)
-        workers = [
-            subprocess.Popen([*command, "--refresh"], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
-            for _ in range(3)
+        # The site answers nothing until every worker has begun the refresh or joined
+        # it: none comes after the run is over (it would begin run 3).
+        gate.clear()
+        logs = [tmp_path / f"worker{number}.log" for number in range(3)]
+        workers += [
+            subprocess.Popen([*command, "--refresh", "--log-file", str(log)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for log in logs
         ]  # fmt: skip
+        try:
+            deadline = time.monotonic() + GATE_S
+            while not all(joined_the_refresh(log) for log in logs):
+                assert time.monotonic() < deadline, [joined_the_refresh(log) for log in logs]
+                assert all(worker.poll() is None for worker in workers)
+                gate.wait(0.05)  # not set: a bounded pause between two looks
+        finally:
+            gate.set()
         for worker in workers:
             _out, err = worker.communicate(timeout=120)
             assert worker.returncode == 0, err.decode(errors="replace")[-3000:]
         _cls, settings = load_settings(config)
         result = CrawlResult(True, settings.output_dir, {}, None)  # type: ignore[arg-type]
-        assert sorted_rows(result) == expected
+        assert {host: sorted_rows(result, host) for host in WORKER_HOSTS} == expected
         report = json.loads((settings.output_dir / "report.json").read_text())
         assert report["run"] == 2
+        began = [log for log in logs if "run 2 of the crawl begins" in log.read_text()]
+        assert len(began) == 1  # one began it, the two others joined it
     finally:
+        for worker in workers:
+            if worker.poll() is None:  # a failed test's: not left running
+                worker.kill()
+                worker.communicate()
         runner.discard()
 
 
@@ -423,6 +472,7 @@ def test_the_archive_writes_revisit_records_for_unchanged_pages(serve, crawler):
     from warcio.archiveiterator import ArchiveIterator
 
     site = task_site()
+    site["/heron.html"] = Resource(site["/heron.html"].body)  # no validators: a 200 again
     server = serve({HOST: site})
     manager = {"manager": "plugins.archive.ArchiveManager"}
     first = crawler.run([HOST], server.resolve, **manager)
@@ -436,11 +486,14 @@ def test_the_archive_writes_revisit_records_for_unchanged_pages(serve, crawler):
             if record.rec_type in ("response", "revisit"):
                 uri = record.rec_headers.get_header("WARC-Target-URI")
                 records[uri] = (record.rec_type, dict(record.rec_headers.headers))
-    not_modified = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+    profile = "http://netpreserve.org/warc/1.1/revisit/"
     for path in ("/", "/walrus.html", "/heron.html", "/quokka.html"):
         kind, headers = records[url(path)]
         assert kind == "revisit", path
-        assert headers["WARC-Profile"] == not_modified
+        same_body = path == "/heron.html"  # a 200 with the body archived last run
+        assert headers["WARC-Profile"] == profile + (
+            "identical-payload-digest" if same_body else "server-not-modified"
+        ), path
         assert headers["WARC-Refers-To-Target-URI"] == url(path)
         assert headers["WARC-Refers-To-Date"]
         assert headers["WARC-Payload-Digest"].startswith("sha1:")
