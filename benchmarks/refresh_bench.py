@@ -12,9 +12,12 @@ a new ETag and Last-Modified, so every page comes back whole: the body hashes te
 The docs of the Debian package postgresql-doc-15 are copied to a work folder (the edits
 never touch the package) and served by nginx on 127.0.0.1, as benchmarks/crawl_bench.py
 serves them. Each round is a first crawl (``--fresh``) and then a refresh of it, each a
-child process timed as a whole (start-up included); body bytes are what nginx's access
-log says it sent ($body_bytes_sent). It prints each round, the median ratios with their
-range, and the 1-minute load; then the touch-and-edit check.
+child process timed as a whole (start-up included), its CPU time (user + system) from
+the kernel; body bytes are what nginx's access log says it sent ($body_bytes_sent). A
+first pair warms up (page cache, byte-code, nginx) and is not counted; the sources are
+compiled first, as pip does on install, even where PYTHONDONTWRITEBYTECODE is set. It
+prints each round, the median ratios with their range, and the 1-minute load; then the
+touch-and-edit check.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from pathlib import Path
 from common import write_settings
 from crawl_bench import (
     SITES,
+    Measure,
     Nginx,
     Site,
     ensure_packages,
+    ensure_python_packages,
     log,
     rccrawler_command,
     run_measured,
@@ -72,14 +77,14 @@ def log_lines(log_file: Path) -> int:
     return sum(1 for _ in log_file.open("rb")) if log_file.exists() else 0
 
 
-def crawl(config: Path, folder: Path, flag: str, timeout: float) -> float:
-    """One crawl as a child process (``--fresh`` or ``--refresh``); its wall time."""
+def crawl(config: Path, folder: Path, flag: str, timeout: float) -> Measure:
+    """One crawl as a child process (``--fresh`` or ``--refresh``): its wall and CPU time."""
     command = [*rccrawler_command(), "--config", str(config), flag, "--no-tui", "-q"]
     measure = run_measured(command, folder, folder / f"crawl{flag}.out", timeout)
     if measure.exit_code != 0:
         log(tail(folder / f"crawl{flag}.out"))
         sys.exit(f"refresh_bench: the crawl ({flag}) exited {measure.exit_code}")
-    return measure.seconds
+    return measure
 
 
 def changes_of(output: Path) -> Counter[str]:
@@ -109,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     package = SITES["postgres"]
     ensure_packages([package.package, "nginx"])
+    ensure_python_packages()
     work = Path(tempfile.mkdtemp(prefix="refresh_bench-"))
     work.chmod(0o755)  # nginx's workers (another user) read the copy there
     try:
@@ -123,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             folder.mkdir()
             config = write_settings(folder, [url], obey_robots=True, max_depth=1000)
             log(f"{site.title}: {url} ({megabytes:.0f} MB), {args.rounds} rounds")
+            crawl(config, folder, "--fresh", args.timeout)  # the warm-up pair
+            crawl(config, folder, "--refresh", args.timeout)
             times: list[float] = []
+            cpu: list[float] = []
             byte_ratios: list[float] = []
             loads: list[float] = []
             for number in range(1, args.rounds + 1):
@@ -135,19 +144,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 again_bytes, again_requests, statuses = body_bytes(access, lines)
                 loads.append(os.getloadavg()[0])
                 changes = changes_of(folder / "output")
-                times.append(again / first)
+                times.append(again.seconds / first.seconds)
+                cpu.append(again.cpu_s / first.cpu_s)
                 byte_ratios.append(again_bytes / first_bytes)
                 log(
-                    f"  round {number}: first crawl {first:.2f} s, {first_requests} requests, "
-                    f"{first_bytes / 1e6:.2f} MB; refresh {again:.2f} s, {again_requests} "
-                    f"requests ({dict(statuses)}), {again_bytes / 1e3:.1f} kB: "
-                    f"{times[-1]:.2f}x the time, {byte_ratios[-1]:.2%} of the bytes; "
-                    f"unchanged {changes['unchanged']}, other changes "
+                    f"  round {number}: first crawl {first.seconds:.2f} s "
+                    f"(CPU {first.cpu_s:.2f} s), {first_requests} requests, "
+                    f"{first_bytes / 1e6:.2f} MB; refresh "
+                    f"{again.seconds:.2f} s (CPU {again.cpu_s:.2f} s), {again_requests} requests "
+                    f"({dict(statuses)}), {again_bytes / 1e3:.1f} kB: {times[-1]:.2f}x the time, "
+                    f"{cpu[-1]:.2f}x the CPU, {byte_ratios[-1]:.2%} of the bytes; unchanged "
+                    f"{changes['unchanged']}, other changes "
                     f"{sum(changes.values()) - changes['unchanged']}; load {loads[-1]:.1f}"
                 )
-            low, high = spread(times)
-            log(f"refresh / first crawl, wall time: median {statistics.median(times):.2f}x "
-                f"({low:.2f}-{high:.2f}), {args.rounds} pairs")  # fmt: skip
+            for label, ratios in (("wall time", times), ("CPU time", cpu)):
+                low, high = spread(ratios)
+                log(f"refresh / first crawl, {label}: median {statistics.median(ratios):.2f}x "
+                    f"({low:.2f}-{high:.2f}), {args.rounds} pairs")  # fmt: skip
             low, high = spread(byte_ratios)
             log(f"refresh / first crawl, body bytes: median "
                 f"{statistics.median(byte_ratios):.2%} ({low:.2%}-{high:.2%})")  # fmt: skip
