@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import importlib.util
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -69,10 +70,20 @@ class Run:
     seconds: float
     peak_rss_mb: float
     pages: int
+    cpu_s: float
+    """The crawler's own CPU seconds (user + system): what the machine's load does not
+    change much, unlike the wall time on a shared machine."""
 
 
-def watch(command: list[str], cwd: Path, timeout: float) -> tuple[float, float, int]:
-    """Run ``command``; its wall seconds, its peak RSS (MB, sampled) and exit code."""
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def watch(command: list[str], cwd: Path, timeout: float) -> tuple[float, float, float, int]:
+    """Run ``command``; its wall seconds, its peak RSS (MB, sampled), its CPU seconds and
+    exit code."""
+    cpu_before = children_cpu()
     started = time.monotonic()
     proc = subprocess.Popen(
         command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -87,7 +98,7 @@ def watch(command: list[str], cwd: Path, timeout: float) -> tuple[float, float, 
     stderr = proc.stderr.read() if proc.stderr is not None else ""
     if proc.returncode != 0:
         print(f"{command[:3]} exited {proc.returncode}: {stderr[-2000:]}", file=sys.stderr)
-    return seconds, peak, proc.returncode
+    return seconds, peak, children_cpu() - cpu_before, proc.returncode
 
 
 def rccrawler_run(folder: Path, hosts: list[str], resolve: dict[str, str],
@@ -104,10 +115,10 @@ def rccrawler_run(folder: Path, hosts: list[str], resolve: dict[str, str],
     settings.write_text(yaml.safe_dump(raw))
     command = [sys.executable, "-m", "rccrawler", "--config", str(settings), "--fresh",
                "--no-tui", "-q"]  # fmt: skip
-    seconds, peak, _code = watch(command, folder, args.timeout)
+    seconds, peak, cpu, _code = watch(command, folder, args.timeout)
     report = yaml.safe_load((folder / "output" / "report.json").read_text())
     pages = sum(site["pages_done"] for site in report["sites"].values())
-    return Run(seconds, peak, pages)
+    return Run(seconds, peak, pages, cpu)
 
 
 def scrapy_run(folder: Path, urls: list[str], args: argparse.Namespace) -> Run:
@@ -118,9 +129,9 @@ def scrapy_run(folder: Path, urls: list[str], args: argparse.Namespace) -> Run:
     command = [sys.executable, str(SPIDER), "--delay", str(args.delay),
                "--concurrency", str(args.fixed), "--per-host", "1", "--loopback",
                f"@{listing}", str(out)]  # fmt: skip
-    seconds, peak, _code = watch(command, folder, args.timeout)
+    seconds, peak, cpu, _code = watch(command, folder, args.timeout)
     pages = len(out.read_text().split()) if out.exists() else 0
-    return Run(seconds, peak, pages)
+    return Run(seconds, peak, pages, cpu)
 
 
 def load() -> float:
@@ -167,20 +178,24 @@ def main() -> int:
             # A B C, then B C A...: no row always runs first after the pause between runs.
             for label in labels[index % len(labels) :] + labels[: index % len(labels)]:
                 results[label].append(rows[label]())
-                print(f"  run {index + 1}: {label}: {results[label][-1].seconds:.1f} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                run = results[label][-1]
+                print(f"  run {index + 1}: {label}: {run.seconds:.1f} s, CPU {run.cpu_s:.1f} s,"
+                      f" load {load():.1f}", file=sys.stderr, flush=True)  # fmt: skip
     print(f"{args.hosts} hosts × {args.pages} pages, latency {args.latency:g} s, delay "
           f"{args.delay:g} s: politeness limit {limit:.1f} s; {args.runs} runs each, "
           f"interleaved; load {load_before:.2f} before, {load():.2f} after "
           f"({os.cpu_count()} CPUs)\n")  # fmt: skip
-    print("| run | seconds, median (min–max) | against the limit | pages | peak RSS |")
-    print("|---|--:|--:|--:|--:|")
+    print("| run | seconds, median (min–max) | against the limit | CPU s, median (min–max) "
+          "| pages | peak RSS |")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|")
     for label, runs in results.items():
         seconds = [run.seconds for run in runs]
         median = statistics.median(seconds)
         rss = statistics.median(run.peak_rss_mb for run in runs)
+        cpu = [run.cpu_s for run in runs]
         print(f"| {label} | {median:.1f} s ({min(seconds):.1f}–{max(seconds):.1f}) | "
-              f"{median / limit:.2f}× | {runs[0].pages} | {rss:.0f} MB |")  # fmt: skip
+              f"{median / limit:.2f}× | {statistics.median(cpu):.1f} ({min(cpu):.1f}–"
+              f"{max(cpu):.1f}) | {runs[0].pages} | {rss:.0f} MB |")  # fmt: skip
     return 0
 
 

@@ -168,6 +168,18 @@ def test_an_automatic_pool_doubles_towards_the_demand_and_keeps_the_recent_peak(
     assert all(t.retiring for t in pool.retired) and len(pool.retired) == 63 - AUTO_FLOOR
 
 
+def test_an_automatic_pool_starts_at_what_politeness_allows_at_the_start():
+    data, clocks = Demand(), Clocks()
+    data.allowed = 300  # 300 sites, each with its robots.txt due now
+    pool = DownloadingPool(lambda i: Idle(), data, fixed=None, cap=256,  # type: ignore[arg-type]
+                           clock=lambda: clocks.now, cpu_clock=lambda: clocks.cpu)  # fmt: skip
+    assert len(pool.first_threads()) == 256  # the cap, not the floor
+    data.allowed = 3
+    small = DownloadingPool(lambda i: Idle(), data, fixed=None, cap=256,  # type: ignore[arg-type]
+                            clock=lambda: clocks.now, cpu_clock=lambda: clocks.cpu)  # fmt: skip
+    assert len(small.first_threads()) == AUTO_FLOOR
+
+
 def test_a_cpu_bound_crawl_gets_no_more_threads_and_gives_back_those_it_has():
     data, clocks = Demand(), Clocks()
     pool = DownloadingPool(lambda i: Idle(), data, fixed=None, cap=256,  # type: ignore[arg-type]

@@ -10,6 +10,9 @@ threads for 23 s). A crawl of one fast site is bound by the CPU (the GIL): there
 threads only queue for it. So the pool asks the DataManager what politeness allows now
 (:meth:`~rccrawler.data.base.DataManager.download_demand`), a few times a second, and:
 
+* starts at that size (many sites all due at once each need a thread for their
+  robots.txt now: a pool grown from its floor delayed every site's first request, and so
+  its last, by up to a second);
 * grows towards it (and a sixteenth more) at once, doubling at most per look, while
   the process has CPU to spare: not when the crawl's Python already keeps its core busy;
 * shrinks once it has been larger than that for :data:`SHRINK_AFTER_S` (the demand of
@@ -139,8 +142,12 @@ class DownloadingPool:
         return self.fixed is None
 
     def first_threads(self) -> list[CrawlerThread]:
-        """The threads to start with (not started): the fixed number, or the floor."""
-        return self._make(self.fixed if self.fixed is not None else self.floor)
+        """The threads to start with (not started): the fixed number, or what politeness
+        allows at the start (the floor at least)."""
+        if self.fixed is not None:
+            return self._make(self.fixed)
+        demand = self.data.download_demand(self.cap)
+        return self._make(self.size_for(demand.allowed, self.clock()))
 
     def _make(self, count: int) -> list[CrawlerThread]:
         made = [self.create(self._made + i) for i in range(count)]
