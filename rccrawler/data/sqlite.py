@@ -44,7 +44,7 @@ from rccrawler.data.sql import (
     page_from_row,
     state_error,
 )
-from rccrawler.data.stats import StateCounts, snapshot
+from rccrawler.data.stats import StateCounts, StatsMemo, snapshot
 from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
 from rccrawler.records import (
@@ -83,10 +83,10 @@ class _HostCounters:
         self.budget_hit = False
 
     def counts(self) -> StateCounts:
+        """The counts as they are now, not a copy: read them under the DataManager's lock."""
         return StateCounts(
-            dict(self.by_state), dict(self.errors), self.duplicates, self.aliases, self.bytes,
-            self.budget_hit,
-        )  # fmt: skip
+            self.by_state, self.errors, self.duplicates, self.aliases, self.bytes, self.budget_hit
+        )
 
 
 class _Front:
@@ -177,6 +177,8 @@ class SQLiteDataManager(SQLDataManager):
         self._db: sqlite3.Connection | None = None
         self._hosts: dict[str, HostData] = {}
         self._counters: dict[str, _HostCounters] = defaultdict(_HostCounters)
+        self._stats_memo: StatsMemo = {}
+        """Each site's last HostStats (statistics() makes anew only those that changed)."""
         self._next_id = 1
         self._group_open = False
         """Whether a group transaction is open (read without the lock as a hint)."""
@@ -827,7 +829,7 @@ class SQLiteDataManager(SQLDataManager):
             for name, host in self._hosts.items():
                 counts = self._counters[name].counts()
                 sites.append((host, counts, counts.by_state.get(PageState.PARSING, 0)))
-            stats = snapshot(sites, self.clock())
+            stats = snapshot(sites, self.clock(), self._stats_memo)
             if not self.read_only:
                 return replace(stats, downloading_threads=self._threads_noted[1])
         # ``rccrawler status``: the threads as the running crawl last noted them.
