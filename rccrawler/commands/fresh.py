@@ -116,7 +116,7 @@ def owned_output_files(
     with os.scandir(output_dir) as entries:
         for entry in entries:
             name = entry.name
-            # atomic_write's leftovers are ".<name>.<random>" (mkstemp's letters, no dot).
+            # atomic_write's leftovers are ".<name>.<pid>-<n>" (no dot after the name's).
             leftover = name[1:].rpartition(".")[0] if name.startswith(".") else ""
             if (owned(name) or (leftover and owned(leftover))) and (
                 entry.is_file() or entry.is_symlink()
