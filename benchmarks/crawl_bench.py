@@ -421,13 +421,13 @@ def crawl_ours(
     *,
     all_cores: bool = False,
     parse_worker: bool = False,
-    downloading: str = "8",
+    downloading: str | None = None,
 ) -> tuple[Measure, int, set[str], str]:
     """rccrawler with the settings of the issue (``threads.one_core: false``,
     ``threads.parse_worker: true`` or another ``threads.downloading`` if asked);
     pages from report.json, URLs from nodes.csv."""
     threads: dict[str, bool | int | str] = {}
-    if downloading != "8":
+    if downloading is not None:
         threads["downloading"] = downloading if downloading == "auto" else int(downloading)
     if all_cores:
         threads["one_core"] = False
@@ -685,8 +685,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--parse-worker", action="store_true", help="rccrawler with threads.parse_worker: true"
     )
     parser.add_argument(
-        "--downloading", default="8",
-        help="rccrawler's threads.downloading: auto (the default setting) or a number (8)",
+        "--downloading",
+        help="rccrawler's threads.downloading: auto or a number (default: no key, the "
+        "default setting, auto)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.sites.split(",") if name.strip()]
@@ -703,14 +704,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.all_cores or args.parse_worker or args.downloading != "8":
+    if args.all_cores or args.parse_worker or args.downloading is not None:
         # The same three crawlers, rccrawler set so.
         CRAWL["ours"] = functools.partial(
             crawl_ours, all_cores=args.all_cores, parse_worker=args.parse_worker,
             downloading=args.downloading,
         )  # fmt: skip
         asked = [("all cores", args.all_cores), ("parse worker", args.parse_worker),
-                 (f"downloading {args.downloading}", args.downloading != "8")]  # fmt: skip
+                 (f"downloading {args.downloading}", args.downloading is not None)]  # fmt: skip
         LABELS["ours"] = f"rccrawler ({', '.join(name for name, on in asked if on)})"
     started = time.monotonic()
     sites: list[Site] = args.sites
