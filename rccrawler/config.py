@@ -151,6 +151,9 @@ class Settings:
     crawl: CrawlSettings = field(default_factory=CrawlSettings)
     storage: str = "sqlite"
     """``sqlite`` (a file in state_dir) or a ``postgresql://`` URL (SPEC §9)."""
+    storage_wait_s: float = 120.0
+    """Seconds a worker waits out a lost connection to shared storage (a restart, a
+    failover) before it exits 2 (SPEC §9); 0 exits at the first loss."""
     parser: str = "lexbor"
     """The HTML parser of links and text (:data:`rccrawler.web.html.PARSERS`)."""
     downloading_thread: str | None = None
@@ -257,7 +260,7 @@ def machine_limits() -> dict[str, int]:
 _TOP_KEYS = {
     "manager", "sites", "sites_file", "state_dir", "output_dir", "threads", "crawl", "storage",
     "parser", "downloading_thread", "parsing_thread", "routine_thread", "finisher",
-    "unloaders", "name",
+    "unloaders", "name", "storage_wait_s",
 }  # fmt: skip
 _THREADS_KEYS = ("downloading", "parsing", "one_core", "parse_worker", "max_downloading")
 
@@ -553,6 +556,10 @@ def settings_from_mapping(
         storage == "sqlite" or storage.startswith(("postgresql://", "postgres://"))
     ):
         raise ConfigError("storage", "must be 'sqlite' or a postgresql:// URL")
+    storage_wait_s = raw.get("storage_wait_s", 120.0)
+    _check_type("storage_wait_s", storage_wait_s, (int, float), "a number of seconds >= 0")
+    if not 0 <= storage_wait_s <= MAX_TIMEOUT_S:
+        raise ConfigError("storage_wait_s", f"must be between 0 and {MAX_TIMEOUT_S:.0f} (a day)")
     parser = raw.get("parser", "lexbor")
     if parser not in PARSERS:
         raise ConfigError("parser", f"must be one of {', '.join(PARSERS)}, not {parser!r}")
@@ -586,6 +593,7 @@ def settings_from_mapping(
         parse_worker=threads.get("parse_worker", False),
         crawl=crawl,
         storage=storage,
+        storage_wait_s=float(storage_wait_s),
         parser=parser,
         downloading_thread=_dotted("downloading_thread", raw.get("downloading_thread")),
         parsing_thread=_dotted("parsing_thread", raw.get("parsing_thread")),
@@ -751,6 +759,7 @@ def settings_mapping(settings: Settings) -> dict[str, Any]:
         "manager": settings.manager,
         "name": settings.name,
         "storage": settings.storage,
+        "storage_wait_s": settings.storage_wait_s,
         "state_dir": str(settings.state_dir.absolute()),
         "output_dir": str(settings.output_dir.absolute()),
         "threads": {

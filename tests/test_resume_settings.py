@@ -397,7 +397,7 @@ def test_every_setting_is_kept_with_the_state_and_read_back_the_same(tmp_path):
     raw = {
         "sites": ["a.test", {"url": "b.test", "crawl": {"max_depth": 2, "headers": {"X": "1"}}}],
         "manager": "plugins.search.SearchManager", "name": "n", "storage": "sqlite",
-        "state_dir": str(tmp_path / "s"), "output_dir": str(tmp_path / "o"),
+        "storage_wait_s": 30, "state_dir": str(tmp_path / "s"), "output_dir": str(tmp_path / "o"),
         "threads": {"downloading": 3, "parsing": 4, "one_core": False, "parse_worker": True,
                     "max_downloading": 100},
         "parser": "html5lib", "downloading_thread": "x.D", "parsing_thread": "x.P",
@@ -411,7 +411,8 @@ def test_every_setting_is_kept_with_the_state_and_read_back_the_same(tmp_path):
     back = settings_from_mapping(mapping, allowed_sections=frozenset({"search"}))
     assert back == settings
     # Every field of the settings is one of the keys (a new one needs its place).
-    written = {"sites", "site_crawl", "manager", "name", "storage", "state_dir", "output_dir",
+    written = {"sites", "site_crawl", "manager", "name", "storage", "storage_wait_s",
+               "state_dir", "output_dir",
                "downloading_threads", "max_downloading", "parsing_threads", "one_core",
                "parse_worker", "parser",
                "downloading_thread", "parsing_thread", "routine_thread", "finisher", "unloaders",

@@ -13,7 +13,10 @@ is ``sql.py``'s, and what it means is ``policy.py``'s.
 
 Liveness: each worker holds a session-level advisory lock on its own key, so a worker
 that dies is seen the moment its connection drops, and its hosts and pages go back to
-the queue.
+the queue. A restart of the server drops every connection at once: a worker notes the
+server's start time as it takes its lock, and one whose lock went with an older server
+is given ``storage_wait_s`` (its own, noted beside it) from the restart to take it
+again before it is reaped (see :meth:`CoordinatedDataManager._rejoin`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import ClassVar, Unpack
 from rccrawler.data.sql import (
     HOST_COLUMNS,
     PAGE_COLUMNS,
+    AlreadyStored,
     Claim,
     Cursor,
     LeaseLost,
@@ -44,6 +48,7 @@ from rccrawler.data.sql import (
     page_from_row,
     retry_conflicts,
 )
+from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
 from rccrawler.records import DownloadDemand, HostData, PageData, PageId, PageState
 
@@ -57,6 +62,10 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
 """
 """The workers of the crawl, and what a dead one held (its pages, by owner)."""
+
+RESTART_GRACE_S = 3.0
+"""Seconds beyond a worker's ``storage_wait_s`` that it is not reaped after a restart of
+the server: its tries to reconnect are spaced up to a second apart."""
 
 LEASE_LOOK_S = (0.02, 0.1)
 """Seconds between two looks for a host to lease: at first, and at most once every host
@@ -121,6 +130,8 @@ class CoordinatedDataManager(SQLDataManager):
     Args:
         download_slots: requests this worker may have in flight (its downloading
             threads): it leases hosts until their limits add up to this.
+        storage_wait_s: seconds this worker waits out a lost connection (the dialect
+            reconnects), and so how long the others leave it after a restart.
     """
 
     batch_size: ClassVar[int] = 16
@@ -135,8 +146,14 @@ class CoordinatedDataManager(SQLDataManager):
     schema: str
     """The crawl's schema (the dialect's): the roles' advisory locks are named after it."""
 
-    def __init__(self, *, download_slots: int = 8, **options: Unpack[StorageOptions]) -> None:
+    def __init__(
+        self, *, download_slots: int = 8, storage_wait_s: float = 120.0,
+        **options: Unpack[StorageOptions],
+    ) -> None:  # fmt: skip
         super().__init__(**options)
+        self.storage_wait_s = storage_wait_s
+        self._away_since: float | None = None
+        """time.monotonic() when the storage was lost, while it is away: no new work."""
         self.download_slots = max(1, download_slots)
         self.max_pending_pages = self.download_slots
         self.owner = uuid.uuid4().hex
@@ -184,6 +201,11 @@ class CoordinatedDataManager(SQLDataManager):
     def _invalidate_statistics(self) -> None:
         """The crawl's shape changed (a host given back): the next statistics() reads it."""
 
+    def _in_doubt(self) -> bool:
+        """Whether this thread's call runs again after a lost connection, whose last
+        write may have committed unseen (the dialect knows)."""
+        return False
+
     # -- joining and leaving ----------------------------------------------------------
     def _hold_liveness(self, cur: Cursor) -> None:
         """Take this worker's liveness lock on the connection it keeps for its life: held
@@ -198,6 +220,37 @@ class CoordinatedDataManager(SQLDataManager):
         )
         set_meta(cur, f"spare:{self.owner}", str(self.download_slots))
         self._spare_published = self.download_slots
+        self._note_server(cur)
+
+    def _note_server(self, cur: Cursor) -> None:
+        """Note the server's start time as this worker holds its liveness lock on it, and
+        how long it would wait for the server after a restart (see :meth:`_reap_dead`)."""
+        cur.execute(
+            "INSERT INTO meta SELECT %s, extract(epoch FROM pg_postmaster_start_time()) "
+            "|| ' ' || %s ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (f"server:{self.owner}", repr(self.storage_wait_s)),
+        )
+
+    def _rejoin(self, cur: Cursor) -> None:
+        """Take this worker's place again on a new connection (its liveness lock held
+        again): its row must still be there, or it was reaped while its connection was
+        down and its work is the others' now. A host it leased unseen, as the connection
+        went, is given back.
+
+        Raises:
+            StateError: the worker was taken for dead.
+        """
+        cur.execute("SELECT 1 FROM workers WHERE owner = %s", (self.owner,))
+        if cur.fetchone() is None:
+            raise StateError(
+                "this worker was taken for dead while its connection was down, and its "
+                "work went back to the queue: run it again to rejoin the crawl"
+            )
+        self._note_server(cur)
+        cur.execute(
+            "UPDATE hosts SET owner = '' WHERE owner = %s AND host <> ALL(%s)",
+            (self.owner, list(self._held)),
+        )
 
     def _leave(self, cur: Cursor) -> None:
         """Give back what this process still holds, so nobody waits for it (closing)."""
@@ -205,8 +258,9 @@ class CoordinatedDataManager(SQLDataManager):
             self._save_held(cur, held)
         self._reclaim(cur, self.owner)
         cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
-        cur.execute("DELETE FROM meta WHERE key IN (%s, %s)",
-                    (f"spare:{self.owner}", self._threads_key()))  # fmt: skip
+        cur.execute("DELETE FROM meta WHERE key IN (%s, %s, %s)",
+                    (f"spare:{self.owner}", self._threads_key(),
+                     f"server:{self.owner}"))  # fmt: skip
 
     def _coordinate(self) -> None:
         """Look for dead workers and share the hosts again, every ``reap_interval``
@@ -236,7 +290,7 @@ class CoordinatedDataManager(SQLDataManager):
     # -- leases: hosts, and the pages of held hosts ------------------------------------
     @retry_conflicts
     def take_robots(self) -> HostData | None:
-        if not self._robots_pending or self.read_only:
+        if not self._robots_pending or self.read_only or self._away_since is not None:
             return None  # a hint, refreshed with the statistics snapshot
         with self._atomic() as cur:
             now = self._clock(cur)
@@ -266,6 +320,8 @@ class CoordinatedDataManager(SQLDataManager):
     def take_for_download(self) -> PageData | None:
         if self.read_only or self._pending_bytes > self.max_pending_bytes:
             return None
+        if self._away_since is not None:
+            return None  # the storage is lost: what was fetched waits to be stored
         with self._lock:
             if len(self._downloaded) + len(self._parsing) >= self.max_pending_pages:
                 return None  # the parsers of this process are behind
@@ -366,7 +422,16 @@ class CoordinatedDataManager(SQLDataManager):
                 "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
                 (self.owner, page.id),
             )
-            return cur.rowcount > 0
+            if cur.rowcount > 0:
+                return True
+        # Already running, and this worker's: its own write, committed as the connection
+        # went (a queued page is no other worker's while this one lives).
+        with self._statement() as cur:
+            cur.execute(
+                "SELECT 1 FROM pages WHERE id = %s AND state = 'running' AND owner = %s",
+                (page.id, self.owner),
+            )
+            return cur.fetchone() is not None
 
     def _claim_batch(self, held: HeldHost, busy: Sequence[int]) -> None:
         """Read the next waiting pages of a held host, in one round trip, into its queue.
@@ -493,7 +558,8 @@ class CoordinatedDataManager(SQLDataManager):
         round trip is needed to check it; an unknown page is read and locked.
         """
         handed = self._handed.pop(page_id, None) if known is None else known
-        if handed is not None:
+        doubt = self._in_doubt()  # the first run of this call may have committed unseen
+        if handed is not None and not doubt:
             held = self._held.get(handed.host)
             if held is not None:
                 return Claim(replace(handed), held.data, held.admitted, self._now())
@@ -504,6 +570,8 @@ class CoordinatedDataManager(SQLDataManager):
             (page_id, self.owner, wanted),
         )
         found = cur.fetchone()
+        if found is None and doubt:
+            raise AlreadyStored(page_id)  # no other worker took it: this one was not reaped
         if found is None:
             logger.warning("page %d: another worker took it over", page_id)
             raise LeaseLost(page_id)
@@ -608,15 +676,26 @@ class CoordinatedDataManager(SQLDataManager):
             workers = cur.fetchall()
         for owner, key in workers:
             with self._transaction() as cur:
-                # Its session lock is free only when its connection is gone.
-                cur.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,))
+                # Its session lock is free only when its connection is gone; after a
+                # restart of the server, it is given time to take it again.
+                cur.execute(
+                    "SELECT pg_try_advisory_xact_lock(%s) AND NOT coalesce((SELECT "
+                    "split_part(value, ' ', 1)::float8 < "
+                    "extract(epoch FROM pg_postmaster_start_time()) AND "
+                    "extract(epoch FROM clock_timestamp()) < "
+                    "extract(epoch FROM pg_postmaster_start_time()) + "
+                    "split_part(value, ' ', 2)::float8 + %s "
+                    "FROM meta WHERE key = %s), false)",
+                    (key, RESTART_GRACE_S, f"server:{owner}"),
+                )
                 if not (cur.fetchone() or (False,))[0]:
                     continue
                 cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
                 if cur.fetchone() is None:
                     continue  # another worker reaped it first
-                cur.execute("DELETE FROM meta WHERE key IN (%s, %s)",
-                            (f"spare:{owner}", f"{self.THREADS_KEY}:{owner}"))  # fmt: skip
+                cur.execute("DELETE FROM meta WHERE key IN (%s, %s, %s)",
+                            (f"spare:{owner}", f"{self.THREADS_KEY}:{owner}",
+                             f"server:{owner}"))  # fmt: skip
                 moved += self._reclaim(cur, owner)
         if moved:
             logger.warning("%d pages of a worker that stopped were queued again", moved)

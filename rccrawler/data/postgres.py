@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
 
@@ -33,6 +33,7 @@ from rccrawler.data.sql import (
     INSERT_VALUES,
     Conflict,
     Cursor,
+    StorageLost,
     StorageOptions,
     host_from_row,
     retry_conflicts,
@@ -52,6 +53,38 @@ Row = tuple[Any, ...]
 CONFLICTS = (errors.SerializationFailure, errors.DeadlockDetected)
 """SQLSTATE 40001 and 40P01: the server rolled a transaction back to let others go on;
 the same transaction run again succeeds (see :func:`retry_conflicts`)."""
+
+LOST = (
+    errors.AdminShutdown, errors.CrashShutdown, errors.CannotConnectNow,
+    errors.ConnectionException,
+)  # fmt: skip
+"""What the server says as it goes away (57P01-57P03: a shutdown or restart, class 08);
+an error the client raises itself, with no SQLSTATE, is a lost connection too."""
+
+RECONNECT_BACKOFF_S = (0.05, 1.0)
+"""First and longest wait between two tries to reach a lost storage (doubling)."""
+RECONNECT_TIMEOUT_S = 5
+"""Seconds one try to connect, or to take back the liveness lock, may take."""
+
+
+class _QuietBrokenConnections(logging.Filter):
+    """The pool's warnings for each broken connection it drops and each failed try to
+    connect: a lost storage is one line of this module's as it goes and one as it is
+    back (see PostgresDataManager._wait_for_storage)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("discarding broken connection", "error connecting"))
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietBrokenConnections())
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether a psycopg error means the connection is gone (not the statement wrong)."""
+    if isinstance(exc, (PoolTimeout, *LOST)):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None
+
 
 DEFAULT_PARTITIONS = 8
 """Hash partitions of a task table declared with ``partition_by`` (search postings)."""
@@ -305,6 +338,7 @@ class PostgresDataManager(CoordinatedDataManager):
             threads): it leases hosts until their limits add up to this.
         max_pending_bytes: downloaded bodies waiting for a parser, at most.
         clock: wall-clock source for the start and end times of sites.
+        storage_wait_s: seconds a lost connection is waited out (SPEC §9).
     """
 
     types: ClassVar[Mapping[str, str]] = {
@@ -332,9 +366,10 @@ class PostgresDataManager(CoordinatedDataManager):
         *,
         partitions: int = DEFAULT_PARTITIONS,
         download_slots: int = 8,
+        storage_wait_s: float = 120.0,
         **options: Unpack[StorageOptions],
     ) -> None:
-        super().__init__(download_slots=download_slots, **options)
+        super().__init__(download_slots=download_slots, storage_wait_s=storage_wait_s, **options)
         self.url = url
         self.schema = schema
         self.partitions = partitions
@@ -352,6 +387,15 @@ class PostgresDataManager(CoordinatedDataManager):
         self._analyze_at = ANALYZE_FIRST
         """Pages in the crawl at which to ANALYZE its tables next (see _analyze_if_grown)."""
         self._analyzer: threading.Thread | None = None
+        self._storage_lock = threading.Lock()
+        """Held by the thread that reconnects; the others wait for it on this lock."""
+        self._generation = 0
+        """Connections to the storage lost and found again (see StorageLost)."""
+        self._gone: StateError | None = None
+        """Why the storage is given up on, once it was away longer than storage_wait_s."""
+        self._unseen: dict[int, list[Callable[[], None]]] = {}
+        """By thread: what the write in flight when the connection went would change in
+        memory, had it committed (see _stored_unseen)."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -381,10 +425,7 @@ class PostgresDataManager(CoordinatedDataManager):
                  for name, columns in self._columns.items()}
             )  # fmt: skip
             if not self.read_only:
-                self._hold_liveness(conn.cursor())
-                # A killed worker loses nothing it committed either way; only a crash of
-                # the server itself could lose its last commits (pages fetched again).
-                conn.execute("SET synchronous_commit = off")
+                self._configure_writer(conn)
         except StateError:
             conn.close()
             raise
@@ -404,6 +445,100 @@ class PostgresDataManager(CoordinatedDataManager):
             self._load_deep_links(cur)
             if not self.read_only:
                 self._join(cur, self._opened_at)
+
+    def _configure_writer(self, conn: psycopg.Connection[Row]) -> None:
+        """The write connection holds this worker's liveness lock for its life."""
+        self._hold_liveness(conn.cursor())
+        # A killed worker loses nothing it committed either way; only a crash of
+        # the server itself could lose its last commits (pages fetched again).
+        conn.execute("SET synchronous_commit = off")
+
+    # -- a lost storage, waited out (SPEC §9) -------------------------------------------
+    def _wait_for_storage(self, lost: StorageLost) -> None:
+        """Reconnect after ``lost``, with backoff, for up to ``storage_wait_s``.
+
+        One thread reconnects; the others wait on the same lock and find it done (the
+        connection's generation moved on). Meanwhile no new work is taken (see
+        :meth:`take_for_download`), and what this worker fetched waits in its threads
+        and its parse queue, each of them bounded. Once the time is up, every thread
+        that waits gets the StateError, and the crawl exits 2: what was committed is
+        consistent, and what this worker held goes back to the queue once the others,
+        or a resumed run, see it dead.
+        """
+        with self._storage_lock:
+            if self._gone is not None:
+                raise self._gone
+            if lost.generation != self._generation:
+                return  # another thread reconnected after this loss
+            started = time.monotonic()
+            if self._away_since is None:
+                self._away_since = started
+                logger.warning(
+                    "storage lost (%s): waiting up to %g s for it (storage_wait_s), "
+                    "taking no new work", lost, self.storage_wait_s,
+                )  # fmt: skip
+            deadline = self._away_since + self.storage_wait_s
+            pause, longest = RECONNECT_BACKOFF_S
+            while True:
+                try:
+                    self._reconnect()
+                    break
+                except StateError as exc:  # taken for dead: its work is someone else's now
+                    self._gone = exc
+                    raise
+                except (psycopg.Error, PoolTimeout) as exc:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self._gone = StateError(
+                            f"cannot write the crawl state {self.url}: away for more than "
+                            f"storage_wait_s ({self.storage_wait_s:g} s): {exc}"
+                        )
+                        raise self._gone from exc
+                    time.sleep(min(pause, left))
+                    pause = min(longest, 2 * pause)
+            self._generation += 1
+            logger.warning(
+                "storage back after %.1f s: carrying on", time.monotonic() - self._away_since
+            )
+            self._away_since = None
+            self._stats = None
+
+    def _reconnect(self) -> None:
+        """A new write connection, when the old one is gone, that takes this worker's
+        place again (see :meth:`_rejoin`); the read pool drops its broken connections.
+        Raises psycopg.Error while the server cannot be reached."""
+        conn = self._conn
+        if conn is not None and (conn.closed or conn.broken):
+            fresh = psycopg.connect(self.url, autocommit=True, connect_timeout=RECONNECT_TIMEOUT_S)
+            try:
+                fresh.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+                # The old session may still be ending on the server (a dropped connection):
+                # its liveness lock, and with it its last write, is settled before ours.
+                fresh.execute(f"SET lock_timeout = '{RECONNECT_TIMEOUT_S}s'")
+                self._configure_writer(fresh)
+                fresh.execute("RESET lock_timeout")
+                with fresh.transaction(), fresh.cursor() as cur:
+                    self._rejoin(cur)
+            except BaseException:
+                fresh.close()
+                raise
+            self._conn = fresh
+        if self._pool is not None:
+            self._pool.check()
+            with self._pool.connection(timeout=RECONNECT_TIMEOUT_S) as reader:
+                reader.execute("SELECT 1")
+
+    def _stored_unseen(self) -> None:
+        with self._lock:
+            for hook in self._unseen.pop(threading.get_ident(), []):
+                hook()
+            self._wake()
+
+    def _forget_unseen(self) -> None:
+        self._unseen.pop(threading.get_ident(), None)
+
+    def _in_doubt(self) -> bool:
+        return threading.get_ident() in self._unseen
 
     def _read_columns(self, conn: psycopg.Connection[Row]) -> dict[str, list[tuple[str, str]]]:
         """The crawl's tables and their columns' types (see :func:`_array_insert`)."""
@@ -515,6 +650,10 @@ class PostgresDataManager(CoordinatedDataManager):
                     cur.rollback()
                     raise
             committed = True
+        except StorageLost:
+            # Its last statement may have committed unseen: keep what it would change.
+            self._unseen[threading.get_ident()] = list(self._commit_hooks)
+            raise
         finally:
             if not committed:
                 self._deltas.clear()
@@ -525,8 +664,12 @@ class PostgresDataManager(CoordinatedDataManager):
     def _statement(self) -> Iterator[Cursor]:
         if self._conn is None:
             raise StateError("the DataManager is not open")
-        with self._storage_errors(), self._conn.cursor() as cur:
-            yield cur  # autocommit: the statement is its own transaction
+        try:
+            with self._storage_errors(), self._conn.cursor() as cur:
+                yield cur  # autocommit: the statement is its own transaction
+        except StorageLost:
+            self._unseen.setdefault(threading.get_ident(), [])
+            raise
 
     def _invalidate_statistics(self) -> None:
         self._stats = None
@@ -548,12 +691,17 @@ class PostgresDataManager(CoordinatedDataManager):
 
     @contextlib.contextmanager
     def _storage_errors(self) -> Iterator[None]:
-        """A conflict becomes Conflict (the call runs again), a lost server StateError."""
+        """A conflict becomes Conflict (the call runs again), a lost connection
+        StorageLost (it runs again once the storage is back), any other failure of the
+        server StateError."""
+        generation = self._generation
         try:
             yield
         except CONFLICTS as exc:
             raise Conflict(str(exc).partition("\n")[0]) from exc
         except (psycopg.OperationalError, PoolTimeout) as exc:
+            if connection_lost(exc):
+                raise StorageLost(str(exc).partition("\n")[0], generation) from exc
             raise state_error(self.url, exc) from exc
 
     def _sql(self, query: str) -> str:
@@ -691,6 +839,8 @@ class PostgresDataManager(CoordinatedDataManager):
 
     @retry_conflicts
     def statistics(self) -> CrawlStats:
+        if self._away_since is not None and self._stats is not None:
+            return self._stats  # the live view and the finisher wait with the last one
         self._coordinate()
         stats = self._stats
         max_age = self.stats_max_age if self._holds_work() else self.idle_stats_max_age

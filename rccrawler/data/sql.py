@@ -359,6 +359,28 @@ class Conflict(Exception):
     conflict (SQLSTATE 40P01, 40001): the same call, run again, succeeds."""
 
 
+class StorageLost(Conflict):
+    """The connection to the storage was lost in the middle of a call (a restart, a
+    failover, a dropped connection): once it is back, the same call runs again (see
+    :func:`retry_conflicts`). The call's last write may have committed unseen; the
+    dialect then keeps what it would have changed in memory (see :class:`AlreadyStored`).
+
+    Args:
+        generation: which connection failed (the dialect counts its reconnections), so
+            threads that saw the same loss reconnect once.
+    """
+
+    def __init__(self, message: str, generation: int) -> None:
+        super().__init__(message)
+        self.generation = generation
+
+
+class AlreadyStored(Exception):
+    """A call run again after a lost connection finds that its write had committed
+    before the connection went: the first run's changes to memory apply, and the call
+    is done."""
+
+
 CONFLICT_ATTEMPTS = 10
 """Tries of one call that keeps meeting conflicts before the crawl gives up on it."""
 CONFLICT_BACKOFF_S = (0.005, 0.5)
@@ -383,16 +405,25 @@ def retry_conflicts(
     @functools.wraps(method)
     def retried(self: Manager, /, *args: Params.args, **kwargs: Params.kwargs) -> Result:
         first, longest = CONFLICT_BACKOFF_S
-        for attempt in range(CONFLICT_ATTEMPTS):
-            try:
-                return method(self, *args, **kwargs)
-            except Conflict as exc:
-                if attempt + 1 == CONFLICT_ATTEMPTS:
-                    raise StateError(f"gave up after {attempt + 1} conflicts: {exc}") from exc
-                self.conflicts += 1
-                logger.info("%s: %s; trying again", method.__name__, exc)
-                time.sleep(random.uniform(0, min(longest, first * 2**attempt)))
-        raise AssertionError("unreachable")
+        attempt = 0
+        try:
+            while True:
+                try:
+                    return method(self, *args, **kwargs)
+                except StorageLost as exc:
+                    self._wait_for_storage(exc)  # StateError once storage_wait_s is over
+                except Conflict as exc:
+                    attempt += 1
+                    if attempt == CONFLICT_ATTEMPTS:
+                        raise StateError(f"gave up after {attempt} conflicts: {exc}") from exc
+                    self.conflicts += 1
+                    logger.info("%s: %s; trying again", method.__name__, exc)
+                    time.sleep(random.uniform(0, min(longest, first * 2 ** (attempt - 1))))
+                except AlreadyStored:
+                    self._stored_unseen()
+                    return None  # type: ignore[return-value]  # only writes that return None
+        finally:
+            self._forget_unseen()
 
     return retried
 
@@ -488,6 +519,18 @@ class SQLDataManager(DataManager):
         """Change memory only once the open transaction commits (lock held): a
         transaction rolled back over a conflict and run again finds memory unchanged."""
         self._commit_hooks.append(hook)
+
+    def _wait_for_storage(self, lost: StorageLost) -> None:
+        """Wait until the storage is back after ``lost`` (a dialect that can lose its
+        connection reconnects): raise StateError once it waited long enough."""
+        raise StateError(str(lost)) from lost
+
+    def _stored_unseen(self) -> None:
+        """The write of a call whose connection was lost had committed: apply what it
+        changes in memory (a dialect that can lose its connection kept it)."""
+
+    def _forget_unseen(self) -> None:
+        """A call run again after a lost connection is over, one way or the other."""
 
     def _transaction_ended(self, *, committed: bool) -> None:
         """Every dialect's transaction calls this as it ends (lock held)."""

@@ -73,6 +73,7 @@ def create_storage(
         data: SQLDataManager = backend(
             settings.storage, _schema(settings), limits=limits, task_tables=task_tables,
             read_only=read_only, download_slots=settings.downloading_most,
+            storage_wait_s=settings.storage_wait_s,
         )  # fmt: skip
         return data
     return sqlite_cls(
