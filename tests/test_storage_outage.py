@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +21,21 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from crawling import CrawlRunner
+from crawling import CrawlRunner, wait_until
 from support.pgcluster import own_cluster, unavailable
 from support.sites import generated_site
 from support.tcpforward import TcpForwarder, forwarding
-from test_postgres import graph_by_url, load_result, start_workers, wait_all
+from test_postgres import (
+    add_ready_hosts,
+    graph_by_url,
+    load_result,
+    start_workers,
+    take_when_due,
+    wait_all,
+)
 from webserver import Resource, SiteServer
 
-from rccrawler.data.postgres import schema_for
+from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.manager import load_settings
 
 LOST, BACK = "storage lost", "storage back"
@@ -229,3 +237,48 @@ def test_a_restart_of_postgresql_stops_no_worker(serve, tmp_path):
         assert len(requested) == total
         assert max(requested.values()) == 1, [p for p, n in requested.items() if n > 1]
         assert_same_graph_as_undisturbed(path, server, tmp_path)
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_after_a_restart_a_live_worker_keeps_its_work_and_a_dead_one_is_reaped():
+    """Three workers' DataManagers on a cluster of the test's own. The server restarts;
+    two come back, one never does (it died while the server was down). The live ones
+    keep their pages; the dead one's are queued again once its storage_wait_s is over."""
+    with own_cluster() as cluster:
+        schema = schema_for(f"restart-{uuid.uuid4().hex}")
+        workers = [
+            PostgresDataManager(cluster.url, schema, download_slots=1, storage_wait_s=0.5)
+            for _ in range(3)
+        ]
+        first, alive, dead = workers
+        for data in workers:
+            data.open()
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        add_ready_hosts(first, 3, links=4, crawl_delay=0.0, limit=1)
+        taken = {data.owner: take_when_due(data) for data in workers}
+        assert all(page is not None for page in taken.values())
+        cluster.stop()
+        cluster.start()
+        dead._pool.close()  # type: ignore[union-attr]  # died in the outage: never back
+        try:
+            assert alive.recover() == 0  # reconnects; the others are not back yet
+            assert first.recover() == 0  # the dead one is only absent so far
+            with psycopg.connect(cluster.url, autocommit=True) as conn:
+                conn.execute(f"SET search_path TO {schema}")
+                owners = dict(conn.execute(
+                    "SELECT id, owner FROM pages WHERE state = 'running'"
+                ).fetchall())  # fmt: skip
+                assert owners == {page.id: owner for owner, page in taken.items() if page}
+                assert wait_until(lambda: first.recover() > 0, timeout=60, interval=0.05)
+                owners = dict(conn.execute(
+                    "SELECT id, owner FROM pages WHERE state = 'running'"
+                ).fetchall())  # fmt: skip
+            # The dead one's page is waiting again; the live ones' are still theirs.
+            assert owners == {
+                page.id: owner for owner, page in taken.items() if page and owner != dead.owner
+            }
+            assert [alive for *_rest, alive in first.workers()] == [True, True]
+        finally:
+            for data in workers:
+                data.close()
+            PostgresDataManager.drop(cluster.url, schema)

@@ -13,10 +13,10 @@ is ``sql.py``'s, and what it means is ``policy.py``'s.
 
 Liveness: each worker holds a session-level advisory lock on its own key, so a worker
 that dies is seen the moment its connection drops, and its hosts and pages go back to
-the queue. A restart of the server drops every connection at once: a worker notes the
-server's start time as it takes its lock, and one whose lock went with an older server
-is given ``storage_wait_s`` (its own, noted beside it) from the restart to take it
-again before it is reaped (see :meth:`CoordinatedDataManager._rejoin`).
+the queue. A restart of the server (or a failover) drops every connection at once: a worker notes
+the server's start time as it takes its lock, and one whose lock went with another
+server is given its ``storage_wait_s`` (noted beside it) to take it again before it
+is reaped (see :meth:`CoordinatedDataManager._rejoin`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
 
 RESTART_GRACE_S = 3.0
 """Seconds beyond a worker's ``storage_wait_s`` that it is not reaped after a restart of
-the server: its tries to reconnect are spaced up to a second apart."""
+the server (from when another worker first sees it absent): its tries to reconnect are
+spaced up to a second apart."""
 
 LEASE_LOOK_S = (0.02, 0.1)
 """Seconds between two looks for a host to lease: at first, and at most once every host
@@ -179,6 +180,9 @@ class CoordinatedDataManager(SQLDataManager):
         """The idle downloading threads this worker last told the others of."""
         self._workers_seen = 0
         """Live workers of the crawl at the last look (see _balance); 0 before it."""
+        self._absent: dict[str, float] = {}
+        """Workers whose liveness lock went with a restarted server, and when (monotonic)
+        this one first saw them absent (see _absent_long_enough)."""
 
     # -- what the dialect supplies ----------------------------------------------------
     @abstractmethod
@@ -676,19 +680,19 @@ class CoordinatedDataManager(SQLDataManager):
             workers = cur.fetchall()
         for owner, key in workers:
             with self._transaction() as cur:
-                # Its session lock is free only when its connection is gone; after a
-                # restart of the server, it is given time to take it again.
+                # Its session lock is free only when its connection is gone.
                 cur.execute(
-                    "SELECT pg_try_advisory_xact_lock(%s) AND NOT coalesce((SELECT "
-                    "split_part(value, ' ', 1)::float8 < "
-                    "extract(epoch FROM pg_postmaster_start_time()) AND "
-                    "extract(epoch FROM clock_timestamp()) < "
-                    "extract(epoch FROM pg_postmaster_start_time()) + "
-                    "split_part(value, ' ', 2)::float8 + %s "
-                    "FROM meta WHERE key = %s), false)",
-                    (key, RESTART_GRACE_S, f"server:{owner}"),
+                    "SELECT pg_try_advisory_xact_lock(%s), coalesce(split_part(value, ' ', 1)"
+                    "::float8 <> extract(epoch FROM pg_postmaster_start_time()), false), "
+                    "coalesce(split_part(value, ' ', 2)::float8, 0) "
+                    "FROM (SELECT NULL) AS one LEFT JOIN meta ON key = %s",
+                    (key, f"server:{owner}"),
                 )
-                if not (cur.fetchone() or (False,))[0]:
+                free, restarted, wait_s = cur.fetchone() or (False, False, 0.0)
+                if not free:
+                    self._absent.pop(owner, None)
+                    continue
+                if restarted and not self._absent_long_enough(owner, float(wait_s)):
                     continue
                 cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
                 if cur.fetchone() is None:
@@ -697,9 +701,17 @@ class CoordinatedDataManager(SQLDataManager):
                             (f"spare:{owner}", f"{self.THREADS_KEY}:{owner}",
                              f"server:{owner}"))  # fmt: skip
                 moved += self._reclaim(cur, owner)
+                self._absent.pop(owner, None)
         if moved:
             logger.warning("%d pages of a worker that stopped were queued again", moved)
         return moved
+
+    def _absent_long_enough(self, owner: str, wait_s: float) -> bool:
+        """Whether a worker whose lock went with another server (a restart, a failover)
+        has had its ``storage_wait_s`` to take it again, counted from when this worker
+        first saw it absent: alive, it is back by then; if not, it gave up."""
+        first = self._absent.setdefault(owner, time.monotonic())
+        return time.monotonic() - first >= wait_s + RESTART_GRACE_S
 
     def _reclaim(self, cur: Cursor, owner: str) -> int:
         """Put what ``owner`` held back: its robots.txt fetches, hosts and pages."""

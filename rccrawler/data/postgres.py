@@ -523,6 +523,7 @@ class PostgresDataManager(CoordinatedDataManager):
                 fresh.close()
                 raise
             self._conn = fresh
+            conn.close()
         if self._pool is not None:
             self._pool.check()
             with self._pool.connection(timeout=RECONNECT_TIMEOUT_S) as reader:
