@@ -28,6 +28,7 @@ from support.tcpforward import TcpForwarder, forwarding
 from test_postgres import (
     add_ready_hosts,
     graph_by_url,
+    live_worker_rows,
     load_result,
     start_workers,
     take_when_due,
@@ -138,6 +139,11 @@ class LogWatch:
         return code, "".join(self.lines)
 
 
+def link_storage(link: TcpForwarder, postgresql: str) -> str:
+    """The storage URL of ``postgresql`` reached through ``link``."""
+    return f"postgresql://127.0.0.1:{link.port}/{urlsplit(postgresql).path.lstrip('/')}"
+
+
 @contextlib.contextmanager
 def worker_through_a_link(
     postgresql: str, root: Path, server: SiteServer, wait_s: float
@@ -145,7 +151,7 @@ def worker_through_a_link(
     """One worker of a new crawl whose storage is reached through a TcpForwarder; the
     crawl is dropped after the block."""
     with forwarding(host_port(postgresql)) as link:
-        storage = f"postgresql://127.0.0.1:{link.port}/{urlsplit(postgresql).path.lstrip('/')}"
+        storage = link_storage(link, postgresql)
         path = shared_settings(root, storage, server, wait_s)
         (worker,) = start_workers(path, 1)
         try:
@@ -172,6 +178,37 @@ def test_a_dropped_connection_is_reconnected_with_no_page_lost(serve, postgresql
         requested = requests_by_path(server)
         assert len(requested) == total
         assert max(requested.values()) == 1, [p for p, n in requested.items() if n > 1]
+        assert_same_graph_as_undisturbed(path, server, tmp_path)
+
+
+def test_a_worker_reaped_while_its_connection_was_down_joins_again(serve, postgresql, tmp_path):
+    """A dropped connection with the server up is a death to the other workers, who
+    queue its work again; the worker, once it reconnects, joins as a new one and the
+    crawl ends with both, nothing lost."""
+    server = serve(slow_sites(4, 50, 0.02))
+    total = sum(len(site) for site in server.sites.values())
+    with worker_through_a_link(postgresql, tmp_path / "pg", server, 60) as (link, path, cut_off):
+        assert server.wait_for_hits(8, timeout=60, alive=lambda: cut_off.worker.poll() is None)
+        direct = path.with_name("direct.yaml")  # the same crawl, the server reached directly
+        direct.write_text(path.read_text().replace(link_storage(link, postgresql), postgresql))
+        (other,) = start_workers(direct, 1)
+        other_log = LogWatch(other)
+        assert wait_until(lambda: live_worker_rows(direct) == 2, timeout=60, interval=0.05)
+        link.refusing.set()
+        link.drop_all()
+        # The other worker sees it dead (its lock went with its connection) and reaps it.
+        assert wait_until(lambda: live_worker_rows(direct) == 1, timeout=60, interval=0.05)
+        link.refusing.clear()
+        assert cut_off.wait_for("joins the crawl again"), "".join(cut_off.lines)[-3000:]
+        for watch in (cut_off, other_log):
+            code, log = watch.finish()
+            assert code == 0, log[-3000:]
+        assert_counters_match_pages(path)
+        requested = requests_by_path(server)
+        assert len(requested) == total
+        # Only what the reaped worker had in flight is fetched again.
+        twice = [p for p, n in requested.items() if n > 1]
+        assert len(twice) <= THREADS["downloading"] + THREADS["parsing"] + 8, twice
         assert_same_graph_as_undisturbed(path, server, tmp_path)
 
 

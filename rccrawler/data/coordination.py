@@ -48,7 +48,6 @@ from rccrawler.data.sql import (
     page_from_row,
     retry_conflicts,
 )
-from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
 from rccrawler.records import DownloadDemand, HostData, PageData, PageId, PageState
 
@@ -235,26 +234,45 @@ class CoordinatedDataManager(SQLDataManager):
             (f"server:{self.owner}", repr(self.storage_wait_s)),
         )
 
-    def _rejoin(self, cur: Cursor) -> None:
+    def _rejoin(self, cur: Cursor) -> bool:
         """Take this worker's place again on a new connection (its liveness lock held
-        again): its row must still be there, or it was reaped while its connection was
-        down and its work is the others' now. A host it leased unseen, as the connection
-        went, is given back.
-
-        Raises:
-            StateError: the worker was taken for dead.
-        """
+        again), or join as a new worker if it was reaped while its connection was down
+        (see :meth:`_join_again`): whether it did. A host it leased unseen, as the
+        connection went, is given back."""
         cur.execute("SELECT 1 FROM workers WHERE owner = %s", (self.owner,))
         if cur.fetchone() is None:
-            raise StateError(
-                "this worker was taken for dead while its connection was down, and its "
-                "work went back to the queue: run it again to rejoin the crawl"
-            )
+            self._join_again(cur)
+            return True
         self._note_server(cur)
         cur.execute(
             "UPDATE hosts SET owner = '' WHERE owner = %s AND host <> ALL(%s)",
             (self.owner, list(self._held)),
         )
+        return False
+
+    def _join_again(self, cur: Cursor) -> None:
+        """Join as a new worker after this one was reaped: a connection dropped with the
+        server up is a death to the others (its lock went), who queued its work again.
+        What it held is forgotten: a page its threads still hold is dropped when stored
+        (LeaseLost, as after any takeover) and fetched again by the host's new holder.
+        A new owner and liveness key, so no write of the old one can match."""
+        logger.warning(
+            "this worker was taken for dead while its connection was down: its work went "
+            "back to the queue, and it joins the crawl again"
+        )
+        cur.execute("SELECT pg_advisory_unlock(%s)", (self.lock_key,))
+        with self._lock:
+            self.owner = uuid.uuid4().hex
+            self.lock_key = random.randrange(1, 2**62)
+            self._held.clear()
+            self._handed.clear()
+            self._handed_over.clear()
+            self._absent.clear()
+            self._robots_in_flight = 0
+            self._robots_pending = 1
+            self._next_try = 0.0
+            self._hold_liveness(cur)
+            self._join(cur, self._clock(cur))
 
     def _leave(self, cur: Cursor) -> None:
         """Give back what this process still holds, so nobody waits for it (closing)."""

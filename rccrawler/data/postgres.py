@@ -483,9 +483,6 @@ class PostgresDataManager(CoordinatedDataManager):
                 try:
                     self._reconnect()
                     break
-                except StateError as exc:  # taken for dead: its work is someone else's now
-                    self._gone = exc
-                    raise
                 except (psycopg.Error, PoolTimeout) as exc:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -518,7 +515,8 @@ class PostgresDataManager(CoordinatedDataManager):
                 self._configure_writer(fresh)
                 fresh.execute("RESET lock_timeout")
                 with fresh.transaction(), fresh.cursor() as cur:
-                    self._rejoin(cur)
+                    if self._rejoin(cur):
+                        self._unseen.clear()  # its calls in flight are not its own any more
             except BaseException:
                 fresh.close()
                 raise
