@@ -33,11 +33,13 @@ def write_settings(
     *,
     resolve: dict[str, str] | None = None,
     threads: dict[str, Any] | None = None,
+    storage: str | None = None,
     **crawl: Any,
 ) -> Path:
     """A settings.yaml for a fast crawl (no delay, 8 downloaders) with state and output
-    under ``folder``; ``threads`` and ``crawl`` keys override the defaults of theirs."""
-    settings = {
+    under ``folder``; ``threads`` and ``crawl`` keys override the defaults of theirs. A
+    ``storage`` URL keeps the state there, under a name of its own."""
+    settings: dict[str, Any] = {
         "sites": sites,
         "state_dir": str(folder / "state"),
         "output_dir": str(folder / "output"),
@@ -50,6 +52,9 @@ def write_settings(
             **crawl,
         },
     }
+    if storage is not None:
+        settings["storage"] = storage
+        settings["name"] = f"bench-{folder.name}"
     path = folder / "settings.yaml"
     path.write_text(yaml.safe_dump(settings), encoding="utf-8")
     return path

@@ -422,10 +422,11 @@ def crawl_ours(
     all_cores: bool = False,
     parse_worker: bool = False,
     downloading: str | None = None,
+    storage: str | None = None,
 ) -> tuple[Measure, int, set[str], str]:
     """rccrawler with the settings of the issue (``threads.one_core: false``,
-    ``threads.parse_worker: true`` or another ``threads.downloading`` if asked);
-    pages from report.json, URLs from nodes.csv."""
+    ``threads.parse_worker: true``, another ``threads.downloading`` or a ``storage`` URL
+    if asked); pages from report.json, URLs from nodes.csv."""
     threads: dict[str, bool | int | str] = {}
     if downloading is not None:
         threads["downloading"] = downloading if downloading == "auto" else int(downloading)
@@ -434,7 +435,7 @@ def crawl_ours(
     if parse_worker:
         threads["parse_worker"] = True
     config = write_settings(
-        folder, [url], threads=threads or None, obey_robots=True, max_depth=1000
+        folder, [url], threads=threads or None, storage=storage, obey_robots=True, max_depth=1000
     )
     cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)

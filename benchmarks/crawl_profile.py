@@ -1,6 +1,7 @@
 """Record a py-spy profile of rccrawler crawling one of crawl_bench's sites.
 
     python benchmarks/crawl_profile.py postgres [--out prof] [--gil] [--top 25]
+                                       [--storage postgresql://127.0.0.1:5432/test]
 
 Serves the site with nginx as crawl_bench.py does, runs rccrawler under
 ``py-spy record --native --format raw`` (install py-spy with pip), and prints the
@@ -19,6 +20,9 @@ from pathlib import Path
 
 from common import write_settings
 from crawl_bench import SITES, Nginx, rccrawler_command, warm_page_cache
+
+from rccrawler.data.storage import discard_storage
+from rccrawler.manager import load_settings
 
 
 def top_frames(raw: Path, top: int) -> str:
@@ -53,6 +57,7 @@ def main() -> int:
     parser.add_argument("--python-only", action="store_true", help="no native frames")
     parser.add_argument("--rate", type=int, default=250, help="samples per second")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--storage", help="a postgresql:// URL to keep the state in")
     args = parser.parse_args()
     site = SITES[args.site]
     warm_page_cache(site.root)
@@ -60,13 +65,20 @@ def main() -> int:
     raw = args.out.with_suffix(".txt").resolve()  # py-spy runs in the work folder
     try:
         with Nginx([site], work) as nginx:
-            config = write_settings(work, [nginx.url(site)], obey_robots=True, max_depth=1000)
-            cmd = ["py-spy", "record", "--format", "raw", "-r", str(args.rate), "-o", str(raw)]
+            config = write_settings(
+                work, [nginx.url(site)], storage=args.storage, obey_robots=True, max_depth=1000
+            )
+            spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+            cmd = [spy, "record", "--format", "raw", "-r", str(args.rate), "-o", str(raw)]
             cmd += [] if args.python_only else ["--native"]
             cmd += ["--gil"] if args.gil else []
             cmd += ["--idle"] if args.idle else []
             cmd += ["--", *rccrawler_command(), "--config", str(config), "--fresh", "--no-tui"]
-            subprocess.run(cmd, check=True, cwd=work, stdout=subprocess.DEVNULL)
+            try:
+                subprocess.run(cmd, check=True, cwd=work, stdout=subprocess.DEVNULL)
+            finally:
+                if args.storage:
+                    discard_storage(load_settings(config)[1])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(top_frames(raw, args.top))

@@ -342,6 +342,10 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
         data.store_robots("a.test", 404, "", None, blocked=False)
         page = data.take_for_download()
         assert page is not None
+        result = DownloadResult(status=200, content_type="text/html", body=b"<p>x</p>")
+        data.store_download(page.id, result, "hash-x")
+        taken = data.take_for_parsing()
+        assert taken is not None and taken[0].id == page.id
         other.execute(f"SET search_path TO {data.schema}")
         # The worker's side checks for the deadlock first (1 s by default): it is the
         # transaction PostgreSQL rolls back.
@@ -350,8 +354,7 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
 
         def store() -> None:
             try:
-                result = DownloadResult(status=200, content_type="text/html", body=b"<p>x</p>")
-                data.store_download(page.id, result, "hash-x")
+                data.store_parse(page.id, [], [])
             except BaseException as exc:  # reported by the test's thread below
                 failures.append(exc)
 
@@ -359,8 +362,8 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
         with other.transaction():
             other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
             writer.start()
-            # The worker's write is one statement: it changes the counters' rows, then
-            # waits for its page's row, locked here.
+            # The worker's write is one statement: it changes the counters' rows (the
+            # page leaves the queue's), then waits for its page's row, locked here.
             waiting = (
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
                 "WHERE %s = ANY(pg_blocking_pids(pid)))"
@@ -376,14 +379,13 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
         # Once at least: the write run again may win the counters before this session
         # and meet the same deadlock again; the backoff lets this session through then.
         assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"
-        # Stored once, and what lives in memory moved once: one body waits for a parser.
+        # Stored once, and what lives in memory moved once: the page is done, with its
+        # answer, and counted once.
         row = other.execute("SELECT state, bytes FROM pages WHERE id = %s", (page.id,)).fetchone()
-        assert row == ("downloaded", 8)
+        assert row == ("done", 8)
         counts = dict(other.execute("SELECT key, n FROM counts WHERE host = 'a.test'").fetchall())
-        assert (counts["state:running"], counts["state:downloaded"]) == (0, 1)
-        assert data.bodies_waiting() == 1
-        taken = data.take_for_parsing()
-        assert taken is not None and taken[0].id == page.id and taken[1] == b"<p>x</p>"
+        assert (counts["state:waiting"], counts["state:done"], counts["bytes"]) == (0, 1, 8)
+        assert data.bodies_waiting() == 0
         assert data.take_for_parsing() is None
     finally:
         other.close()
@@ -466,10 +468,12 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
         page = take_when_due(second)
         assert page is not None and page.host == given
         assert hosts_of(conn, second.owner) == {given}
-        # Nothing was lost on the way: every page is still waiting, in flight or failed.
+        # Nothing was lost on the way: every page is still waiting or failed (a page in
+        # flight is written when it is stored: until then it is waiting in the table).
         states = dict(conn.execute("SELECT state, count(*) FROM pages GROUP BY state").fetchall())
-        assert states["error"] == 12 and states["running"] == len(again) + 1
-        assert sum(states.values()) == 3 * 11
+        assert states == {"error": 12, "waiting": 3 * 11 - 12}
+        in_flight = {p.id for p in again} | {page.id}
+        assert len(in_flight) == len(again) + 1
     finally:
         conn.close()
         second.close()

@@ -72,6 +72,20 @@ LEASE_LOOK_S = (0.02, 0.1)
 is held by some worker (a dead worker's or a handed-over host is taken that soon)."""
 
 
+IN_PROGRESS = frozenset((PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING))
+"""The states of a page a worker has: taken, downloaded (waiting for its parse), parsed."""
+
+
+def table_state(state: PageState) -> PageState:
+    """The state a page's row shows while it is in ``state``: ``waiting`` from its take to
+    its final store. The worker holding its host takes it in memory (nobody else hands
+    out that host's pages) and a download waiting for its parse lives in its memory only
+    (see ``SQLDataManager._hold_download``), so the row is written once, at the end; the
+    counters follow the rows. (Marking it running at the take, then downloaded, was two
+    more statements a page and two more versions of its row in every index.)"""
+    return PageState.WAITING if state in IN_PROGRESS else state
+
+
 @dataclass(slots=True)
 class HeldHost:
     """A host this worker leased: its politeness and queue live here while it holds it."""
@@ -84,6 +98,9 @@ class HeldHost:
     """The last claim found no waiting page (until this worker queues new ones)."""
     levels: Counter[int] = field(default_factory=Counter)
     """Levels of this host's pages in progress here: the breadth-first barrier."""
+    taken: set[PageId] = field(default_factory=set)
+    """This host's pages in progress here: still waiting in the table (see table_state),
+    so a claim leaves them out."""
     busy: int = 0
     """Pages of the host handed to a thread and not stored yet (download or parse)."""
     budget_hit: bool = False
@@ -93,6 +110,11 @@ class HeldHost:
     draining: bool = False
     """Being handed over to a worker that holds fewer hosts: no new page is handed out,
     and the host is given back once nothing of it is in progress here."""
+    hashes: dict[str, PageId] | None = None
+    """Every body of the host stored so far, by hash, with its first page: known when
+    no page of it had a body when this worker leased it (all of them were stored here
+    since), so a download's duplicate check needs no query. None: not known (see
+    CoordinatedDataManager.hashes_kept)."""
 
 
 def set_meta(cur: Cursor, key: str, value: str) -> None:
@@ -141,6 +163,9 @@ class CoordinatedDataManager(SQLDataManager):
     leave threads idle between requests, so a worker leases more of them until its
     threads are busy; each costs a queue of pages in memory and a look on every take,
     so not without bound (8 threads: 128 hosts, 128 requests/s at a delay of 1 s)."""
+    hashes_kept: ClassVar[int] = 1 << 18
+    """Hashes of stored bodies kept in memory (HeldHost.hashes), over all held hosts, at
+    most (about 25 MB): beyond them a host's duplicate check asks the database."""
     reap_interval: ClassVar[float] = 0.25
     """Seconds between two looks for dead workers, and at how the hosts are shared."""
     schema: str
@@ -163,6 +188,8 @@ class CoordinatedDataManager(SQLDataManager):
         self._held: dict[str, HeldHost] = {}
         self._handed: dict[PageId, PageData] = {}
         """Pages handed to a downloading thread, until their download is stored."""
+        self._hashes_kept = 0
+        """Hashes in the HeldHost.hashes of the held hosts, in all."""
         self._robots_pending = 1
         self._next_try = 0.0
         """time.monotonic() before which take_for_download need not look for a new host."""
@@ -301,7 +328,11 @@ class CoordinatedDataManager(SQLDataManager):
         self, page: PageData, new: PageState, *, error: str = "", duplicate: bool = False,
         alias: bool = False, size: int = 0,
     ) -> None:  # fmt: skip
-        self._after_commit(partial(self._held_moved, page.host, page.state, page.level, new))
+        self._after_commit(
+            partial(self._held_moved, page.host, page.id, page.state, page.level, new)
+        )
+        if new is PageState.DONE and not duplicate and not alias and page.content_hash:
+            self._after_commit(partial(self._keep_hash, page.host, page.content_hash, page.id))
 
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
         self._after_commit(partial(self._held_admitted, host, count))
@@ -363,7 +394,8 @@ class CoordinatedDataManager(SQLDataManager):
             return page
 
     def _take_from_held(self) -> PageData | None:
-        """A due page of a host this worker holds (lock held), marked running."""
+        """A due page of a host this worker holds (lock held), running from now on (in
+        memory: its row is written when it is stored, see table_state)."""
         now = self._now()
         self._start_due_count()
         names = list(self._held)
@@ -392,10 +424,8 @@ class CoordinatedDataManager(SQLDataManager):
             page = held.queue[0]
             if not breadth_first_allows(page.level, busy):
                 continue
-            taken = self._mark_running(page)  # else reaped meanwhile (this worker looked dead)
-            held.queue.popleft()  # committed: a conflict leaves it queued, for the retry
-            if not taken:
-                continue
+            held.queue.popleft()
+            held.taken.add(page.id)
             held.levels[page.level] += 1
             held.busy += 1
             data.in_flight += 1
@@ -430,31 +460,6 @@ class CoordinatedDataManager(SQLDataManager):
     def _threads_key(self) -> str:
         return f"{self.THREADS_KEY}:{self.owner}"
 
-    def _mark_running(self, page: PageData) -> bool:
-        """Mark a queued page running and this worker's, and count it, in one statement
-        and one round trip (it is the crawl's most frequent write): whether it was
-        still waiting (another worker may have taken the host over if this one looked
-        dead, but then this connection is gone, and this write with it)."""
-        with self._statement() as cur:
-            cur.execute(
-                "WITH taken AS (UPDATE pages SET state = 'running', owner = %s WHERE id = %s "
-                "AND state = 'waiting' RETURNING host) INSERT INTO counts SELECT host, key, n "
-                "FROM taken, "
-                "(VALUES ('state:running', 1), ('state:waiting', -1)) AS moved (key, n) "
-                "ON CONFLICT (host, key) DO UPDATE SET n = counts.n + excluded.n",
-                (self.owner, page.id),
-            )
-            if cur.rowcount > 0:
-                return True
-        # Already running, and this worker's: its own write, committed as the connection
-        # went (a queued page is no other worker's while this one lives).
-        with self._statement() as cur:
-            cur.execute(
-                "SELECT 1 FROM pages WHERE id = %s AND state = 'running' AND owner = %s",
-                (page.id, self.owner),
-            )
-            return cur.fetchone() is not None
-
     def _claim_batch(self, held: HeldHost, busy: Sequence[int]) -> None:
         """Read the next waiting pages of a held host, in one round trip, into its queue.
 
@@ -462,14 +467,15 @@ class CoordinatedDataManager(SQLDataManager):
         worker's, since only the host's holder hands them out. (They were marked with
         an owner once; a dead worker's reclaim then rewrote every page it had queued,
         2,000 rows in 170 ms at a million pages, and every page was written once more.)
-        The queue is read only when it is empty, so every page in it is still waiting.
+        The queue is read only when it is empty, so every page in it is still waiting;
+        the pages in progress here are too, in the table, and are left out.
         """
         limit = min(busy) + 1 if busy else 1 << 30
         with self._transaction() as cur:
             cur.execute(
                 f"SELECT {PAGE_COLUMNS} FROM pages WHERE host = %s AND state = 'waiting' "
-                "AND level <= %s ORDER BY level, id LIMIT %s",
-                (held.data.host, limit, self.batch_size),
+                "AND level <= %s AND id <> ALL(%s) ORDER BY level, id LIMIT %s",
+                (held.data.host, limit, sorted(held.taken), self.batch_size),
             )
             pages = [page_from_row(row) for row in cur.fetchall()]
         held.queue.extend(pages)
@@ -520,17 +526,24 @@ class CoordinatedDataManager(SQLDataManager):
             # From the database's clock to this process's (see _now).
             now = self._now()
             data.next_fetch_at, data.retry_after_until = now + row[-2], now + row[-1]
+            # Whether a page of it has a body yet (its hashes sort after ''): if not, every
+            # body of it is stored by this worker from now on, and kept in memory.
             cur.execute(
-                "SELECT coalesce(sum(n), 0) FROM counts WHERE host = %s AND key LIKE 'state:%%'",
-                (data.host,),
+                "SELECT coalesce(sum(n), 0), EXISTS (SELECT 1 FROM pages "
+                "WHERE host = %s AND content_hash > '') "
+                "FROM counts WHERE host = %s AND key LIKE 'state:%%'",
+                (data.host, data.host),
             )
-            admitted = int((cur.fetchone() or (0,))[0])
+            admitted, bodies = cur.fetchone() or (0, True)
+            admitted = int(admitted)
             if not self._deep_links:
                 cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = %s)",
                             (data.host,))  # fmt: skip
                 self._deep_links = bool((cur.fetchone() or (False,))[0])
         data.in_flight = 0
-        self._held[data.host] = HeldHost(data, admitted, budget_hit=bool(row[-3]))
+        self._held[data.host] = HeldHost(
+            data, admitted, budget_hit=bool(row[-3]), hashes=None if bodies else {}
+        )
         self._publish_spare()
         return True
 
@@ -544,6 +557,7 @@ class CoordinatedDataManager(SQLDataManager):
                 (held.data.host, self.owner),
             )
         del self._held[held.data.host]
+        self._hashes_kept -= len(held.hashes or ())
         self._publish_spare()
         self._wake_downloaders = 1 << 16
         self._invalidate_statistics()  # the site may be over: the finisher should see it now
@@ -574,22 +588,24 @@ class CoordinatedDataManager(SQLDataManager):
     ) -> Claim:
         """The page and its held host, from this worker's memory when it can.
 
-        A page this worker handed to a thread is its own for as long as its connection
-        lives: another worker reaps it only once this connection (and with it the
-        advisory lock) is gone, and then this write cannot commit anyway. So no
+        A page this worker handed to a thread is its own for as long as it holds the
+        page's host and its connection lives: only the host's holder hands its pages
+        out, and another worker takes the host over only once this connection (and with
+        it the advisory lock) is gone, and then this write cannot commit anyway. So no
         round trip is needed to check it; an unknown page is read and locked.
         """
-        handed = self._handed.pop(page_id, None) if known is None else known
+        handed = self._handed.get(page_id) if known is None else known
         doubt = self._in_doubt()  # the first run of this call may have committed unseen
         if handed is not None and not doubt:
             held = self._held.get(handed.host)
             if held is not None:
+                if known is None:  # a conflict runs the call again: it is still handed
+                    self._after_commit(partial(self._forget_handed, page_id))
                 return Claim(replace(handed), held.data, held.admitted, self._now())
-        wanted = [str(s) for s in states]
+        wanted = sorted({str(table_state(s)) for s in states})
         cur.execute(
-            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND owner = %s "
-            "AND state = ANY(%s) FOR UPDATE",
-            (page_id, self.owner, wanted),
+            f"SELECT {PAGE_COLUMNS} FROM pages WHERE id = %s AND state = ANY(%s) FOR UPDATE",
+            (page_id, wanted),
         )
         found = cur.fetchone()
         if found is None and doubt:
@@ -601,9 +617,35 @@ class CoordinatedDataManager(SQLDataManager):
         held = self._held.get(page.host)
         if held is None:
             raise LeaseLost(page_id)  # the host went to another worker
-        # The table says 'waiting' (or 'downloaded') where this worker knows better.
+        if known is None:
+            self._after_commit(partial(self._forget_handed, page_id))
+        # The table says 'waiting' where this worker knows better.
         page.state = known.state if known is not None else PageState.RUNNING
         return Claim(page, held.data, held.admitted, self._now())
+
+    def _first_with_hash(
+        self, cur: Cursor, host: str, content_hash: str, page_id: PageId
+    ) -> PageId | None:
+        held = self._held.get(host)
+        if held is None or held.hashes is None:
+            return super()._first_with_hash(cur, host, content_hash, page_id)
+        first = self._held_hashes.get((host, content_hash)) or held.hashes.get(content_hash)
+        return first if first != page_id else None
+
+    def _keep_hash(self, host: str, content_hash: str, page_id: PageId) -> None:
+        """A body stored (committed) of a held host whose hashes are known."""
+        held = self._held.get(host)
+        if held is None or held.hashes is None or content_hash in held.hashes:
+            return
+        if self._hashes_kept >= self.hashes_kept:
+            self._hashes_kept -= len(held.hashes)
+            held.hashes = None  # its duplicate checks ask the database from now on
+            return
+        held.hashes[content_hash] = page_id
+        self._hashes_kept += 1
+
+    def _forget_handed(self, page_id: PageId) -> None:
+        self._handed.pop(page_id, None)
 
     def _release(self, cur: Cursor, page: PageData) -> None:
         self._after_commit(partial(self._slot_freed, page.host))
@@ -634,14 +676,16 @@ class CoordinatedDataManager(SQLDataManager):
              data.host),
         )  # fmt: skip
 
-    def _held_moved(self, host: str, old: PageState, level: int, new: PageState) -> None:
+    def _held_moved(
+        self, host: str, page_id: PageId, old: PageState, level: int, new: PageState
+    ) -> None:
         """A page of a held host changed state (committed): its barrier and its queue."""
         held = self._held.get(host)
         if held is None:
             return
-        was_busy = old in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
-        busy = new in (PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING)
+        was_busy, busy = old in IN_PROGRESS, new in IN_PROGRESS
         if was_busy and not busy:
+            held.taken.discard(page_id)
             held.levels[level] -= 1
             held.busy -= 1
             held.dry = False

@@ -27,7 +27,12 @@ import psycopg
 from psycopg import errors, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rccrawler.data.coordination import WORKERS_SCHEMA, CoordinatedDataManager, set_meta
+from rccrawler.data.coordination import (
+    WORKERS_SCHEMA,
+    CoordinatedDataManager,
+    set_meta,
+    table_state,
+)
 from rccrawler.data.sql import (
     HOST_COLUMNS,
     INSERT_VALUES,
@@ -761,9 +766,14 @@ class PostgresDataManager(CoordinatedDataManager):
         self, page: PageData, new: PageState, *, error: str = "", duplicate: bool = False,
         alias: bool = False, size: int = 0,
     ) -> None:  # fmt: skip
-        # A body being parsed is 'downloaded' in the table (it lives in this memory).
-        old = PageState.DOWNLOADED if page.state is PageState.PARSING else page.state
-        state = PageState.DOWNLOADED if new is PageState.PARSING else new
+        # A page taken, downloaded or being parsed is 'waiting' in the table (it lives in
+        # this memory), and its bytes are counted when its row is written, with its parse.
+        old, state = table_state(page.state), table_state(new)
+        counted = size
+        if new is PageState.DOWNLOADED:
+            counted = 0
+        elif page.state in (PageState.DOWNLOADED, PageState.PARSING):
+            counted = page.bytes
         if old is not state:
             self._count(page.host, f"state:{old}", -1)
             self._count(page.host, f"state:{state}", 1)
@@ -771,7 +781,7 @@ class PostgresDataManager(CoordinatedDataManager):
             self._count(page.host, f"error:{error}", 1)
         self._count(page.host, "duplicates", int(duplicate))
         self._count(page.host, "aliases", int(alias))
-        self._count(page.host, "bytes", size)
+        self._count(page.host, "bytes", counted)
         super()._on_move(page, new, error=error, duplicate=duplicate, alias=alias, size=size)
 
     def _on_admitted(self, cur: Cursor, host: str, count: int) -> None:
@@ -815,6 +825,22 @@ class PostgresDataManager(CoordinatedDataManager):
     def _insert_host(self, cur: Cursor, host: HostData) -> None:
         super()._insert_host(cur, host)
         self._robots_pending = 1
+
+    def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
+        # One array, not an IN list: the text is the same for any number of links, so it
+        # is prepared and planned once (a list of each length was a statement of its
+        # own, parsed and planned afresh, the most frequent of a page's statements). A
+        # join, not "= ANY(%s)": the plan made once for any array then filtered every
+        # row of the urls with the array (2.4 ms at 1,170 pages against 0.3).
+        if not urls:
+            return []
+        cur.execute(
+            "SELECT u.normalized_url, u.page_id, p.state, p.level "
+            "FROM unnest(%s::text[]) AS q (url) JOIN urls u ON u.normalized_url = q.url "
+            "JOIN pages p ON p.id = u.page_id",
+            (list(urls),),
+        )
+        return list(cur.fetchall())
 
     @retry_conflicts
     def _read(self, query: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -869,6 +895,8 @@ class PostgresDataManager(CoordinatedDataManager):
                 setattr(c, kind, int(n))
         with self._lock:  # what lives in this process's memory, as of now
             parsing_here: Counter[str] = Counter(p.host for p, _ in self._parsing.values())
+            downloaded_here: Counter[str] = Counter(p.host for p, _ in self._downloaded.values())
+            running_here: Counter[str] = Counter(p.host for p in self._handed.values())
             sites = []
             pending = 0
             for row in host_rows:
@@ -877,9 +905,17 @@ class PostgresDataManager(CoordinatedDataManager):
                     pending += 1
                 c = counts.get(data.host, StateCounts({}, {}))
                 c.budget_hit = bool(row[-1])
-                parsing = parsing_here[data.host]
-                # A body being parsed here is still 'downloaded' in the table.
-                c.by_state[PageState.DOWNLOADED] = c.by_state.get(PageState.DOWNLOADED, 0) - parsing
+                host = data.host
+                running, downloaded = running_here[host], downloaded_here[host]
+                parsing = parsing_here[host]
+                # A page in progress here is still 'waiting' in the table (see table_state).
+                by_state = c.by_state
+                for state, delta in (
+                    (PageState.WAITING, -running - downloaded - parsing),
+                    (PageState.RUNNING, running),
+                    (PageState.DOWNLOADED, downloaded),
+                ):
+                    by_state[state] = by_state.get(state, 0) + delta
                 held = self._held.get(data.host)
                 if held is not None:
                     data = replace(held.data, stop_reason=data.stop_reason,

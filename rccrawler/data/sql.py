@@ -207,8 +207,8 @@ _ANSWER = (
     "bytes = ?, downloaded = ?, truncated = ?, error_code = '', etag = ?, last_modified = ?"
 )
 """The columns of a page's HTML answer, set with :func:`_answer_values`: written when the
-download is held (:meth:`SQLDataManager._hold_download`) or is a duplicate, and again by
-the parse's store."""
+download is a duplicate, or by the parse's store (a held download is written with it,
+see :meth:`SQLDataManager._hold_download`)."""
 
 
 def _answer_values(page: PageData) -> tuple[object, ...]:
@@ -489,6 +489,9 @@ class SQLDataManager(DataManager):
         self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
         self._parsing: dict[PageId, tuple[PageData, int]] = {}
         self._pending_bytes = 0
+        self._held_hashes: dict[tuple[str, str], PageId] = {}
+        """(host, content hash) of the pages downloaded and waiting for their parse, whose
+        answer is held here until the parse's store writes it with the page done."""
         self._deep_links = False
         """Some link was too deep to queue (then new pages look for arcs to them)."""
         self._commit_hooks: list[Callable[[], None]] = []
@@ -651,10 +654,6 @@ class SQLDataManager(DataManager):
     def _save_politeness(self, cur: Cursor, host: HostData) -> None:
         """Store a host's delay, Retry-After and next fetch time after a download."""
         self._save_host(cur, host)
-
-    def _lease_until(self, now: float) -> float:
-        """When a lease taken now runs out (0: leases never expire in this backend)."""
-        return 0.0
 
     def _clock(self, cur: Cursor) -> float:
         """The storage's clock (every process of a shared crawl schedules by it)."""
@@ -1416,6 +1415,9 @@ class SQLDataManager(DataManager):
     ) -> PageId | None:
         """The page of ``host`` whose body has this hash, the first found (it is the one
         page of them that is not a duplicate), other than ``page_id``."""
+        held = self._held_hashes.get((host, content_hash))
+        if held is not None and held != page_id:
+            return held  # the first of them: the others were found duplicates of it
         cur.execute(
             self._sql(
                 "SELECT id FROM pages WHERE host = ? AND content_hash = ? AND id <> ? "
@@ -1427,15 +1429,15 @@ class SQLDataManager(DataManager):
         return PageId(row[0]) if row is not None else None
 
     def _hold_download(self, cur: Cursor, page: PageData, now: float) -> None:
-        """Keep a downloaded page, waiting for its parse, as every process of the crawl
-        sees it: its state, its lease's end and what the answer was. (The parse's store
-        writes the answer's columns again, with the page done.)"""
-        cur.execute(
-            self._sql(
-                f"UPDATE pages SET state = 'downloaded', lease_until = ?, {_ANSWER} WHERE id = ?"
-            ),
-            (self._lease_until(now), *_answer_values(page), page.id),
-        )
+        """Keep a downloaded page, waiting for its parse, in this process's memory only
+        (a crash fetches it again): its row is written once, whole, by the parse's
+        store, a write less a page. Its hash is the one thing another download must see
+        meanwhile, and only this process stores the downloads of its hosts (on
+        PostgreSQL a host is held by one worker until nothing of it is in progress).
+        Measured on PostgreSQL: a page's row had been written three times, each a new
+        version of it in every index of the pages."""
+        key = (page.host, page.content_hash)
+        self._after_commit(functools.partial(self._held_hashes.__setitem__, key, page.id))
 
     def _set_page(self, cur: Cursor, page_id: PageId, columns: Mapping[str, object]) -> None:
         """One UPDATE of a page's columns (names written in this module, values as parameters)."""
@@ -1626,6 +1628,9 @@ class SQLDataManager(DataManager):
         good (it is fetched again after a resume). A backend that held it lets go."""
         del self._parsing[page.id]
         self._pending_bytes -= size
+        key = (page.host, page.content_hash)
+        if self._held_hashes.get(key) == page.id:
+            del self._held_hashes[key]
 
     def _lower_levels(self, cur: Cursor, page: PageData, targets: Sequence[int]) -> None:
         """A page's level is its shortest distance from a start page (SPEC §5.1): a

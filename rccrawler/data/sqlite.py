@@ -191,9 +191,6 @@ class SQLiteDataManager(SQLDataManager):
         """Normalized URL -> (page id, level) of pages stored lately, at most
         :attr:`url_pages_kept`: a site's pages repeat its navigation links, which then
         need no query. A level here is never lower than the stored one."""
-        self._held: dict[tuple[str, str], PageId] = {}
-        """(host, content hash) of the pages downloaded and waiting for their parse, whose
-        answer is held here until the parse's store writes it with the page done."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -396,7 +393,7 @@ class SQLiteDataManager(SQLDataManager):
             moved: int = db.rowcount
             self._fronts.clear()
             self._leased.clear()
-            self._held.clear()
+            self._held_hashes.clear()
             self._url_pages.clear()
             self._robots_in_flight = 0
             self._load_memory()
@@ -434,28 +431,6 @@ class SQLiteDataManager(SQLDataManager):
             page = page_from_row(row)
         host = self._hosts[page.host]
         return Claim(page, host, self._counters[page.host].admitted, self.clock())
-
-    def _hold_download(self, cur: Cursor, page: PageData, now: float) -> None:
-        # One process owns the database and a downloaded page's body lives in its memory
-        # only (a crash fetches it again): its row stays leased until the parse's store
-        # writes it whole, a write less a page. Its hash is the one thing another
-        # download must see meanwhile.
-        key = (page.host, page.content_hash)
-        self._after_commit(functools.partial(self._held.__setitem__, key, page.id))
-
-    def _first_with_hash(
-        self, cur: Cursor, host: str, content_hash: str, page_id: PageId
-    ) -> PageId | None:
-        held = self._held.get((host, content_hash))
-        if held is not None and held != page_id:
-            return held  # the first of them: the others were found duplicates of it
-        return super()._first_with_hash(cur, host, content_hash, page_id)
-
-    def _parse_ended(self, page: PageData, size: int) -> None:
-        super()._parse_ended(page, size)
-        key = (page.host, page.content_hash)
-        if self._held.get(key) == page.id:
-            del self._held[key]
 
     def _release(self, cur: Cursor, page: PageData) -> None:
         self._leased.pop(page.id, None)
@@ -593,7 +568,7 @@ class SQLiteDataManager(SQLDataManager):
         # (this connection sees its own writes).
         self._fronts.clear()
         self._leased.clear()
-        self._held.clear()
+        self._held_hashes.clear()
         self._url_pages.clear()
         self._load_memory()
 
