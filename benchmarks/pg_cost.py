@@ -398,8 +398,8 @@ def print_counts(wire: WireCounter, pages: int, top: int) -> None:
         f"{len(wire.statements)} distinct statement texts; the backends' CPU "
         f"{1000 * wire.backend_s / pages:.3f} ms a page (schedstat, their round trips only)"
     )
-    print("The most frequent kinds (lists of parameters folded), with the backend's CPU of "
-          "their round trips, shared among the statements of each:")  # fmt: skip
+    print("The kinds that cost the server most (lists of parameters folded): the backend's "
+          "CPU of their round trips, shared among the statements of each:")  # fmt: skip
     print("| statements a page | server CPU ms a page | statement |")
     print("|---:|---:|---|")
     kinds: Counter[str] = Counter()
@@ -407,7 +407,8 @@ def print_counts(wire: WireCounter, pages: int, top: int) -> None:
     for text, count in wire.statements.items():
         kinds[kind_of(text)] += count
         seconds[kind_of(text)] += wire.seconds[text]
-    for text, count in kinds.most_common(top):
+    for text, _seconds in seconds.most_common(top):
+        count = kinds[text]
         print(f"| {count / pages:.3f} | {1000 * seconds[text] / pages:.3f} | `{short(text)}` |")
 
 

@@ -800,6 +800,7 @@ class PostgresDataManager(CoordinatedDataManager):
             "INSERT INTO counts SELECT host, 'state:unreached', count(*) FROM pages GROUP BY host"
         )
         self._stats, self._robots_pending = None, 1
+        self._url_pages.clear()  # their pages are unreached now
 
     def _after_upgrade(self, cur: Cursor) -> None:
         def read_columns() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import heapq
+import itertools
 import json
 import logging
 import random
@@ -20,7 +21,7 @@ import re
 import threading
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import (
     TYPE_CHECKING,
@@ -466,6 +467,9 @@ class SQLDataManager(DataManager):
     text_order: ClassVar[str] = ""
     """A collation clause that sorts text by bytes (SQLite's default already does)."""
 
+    url_pages_kept: ClassVar[int] = 4096
+    """Pages remembered by URL for the links of later pages (about 0.7 MB)."""
+
     def __init__(self, **options: Unpack[StorageOptions]) -> None:
         self.limits = options.get("limits") or CrawlLimits()
         self.task_tables = {table.name: table for table in options.get("task_tables", ())}
@@ -489,6 +493,11 @@ class SQLDataManager(DataManager):
         self._downloaded: dict[PageId, tuple[PageData, bytes]] = {}
         self._parsing: dict[PageId, tuple[PageData, int]] = {}
         self._pending_bytes = 0
+        self._url_pages: dict[str, tuple[int, int]] = {}
+        """Normalized URL -> (page id, level) of pages stored or met lately, at most
+        :attr:`url_pages_kept`: a site's pages repeat its navigation links, which then
+        need no query. A level here is never lower than the stored one (levels only
+        ever go down), so a link no deeper than it never moves the page up."""
         self._held_hashes: dict[tuple[str, str], PageId] = {}
         """(host, content hash) of the pages downloaded and waiting for their parse, whose
         answer is held here until the parse's store writes it with the page done."""
@@ -1096,6 +1105,8 @@ class SQLDataManager(DataManager):
         """
         ids = self._allocate_ids(cur, len(rows))
         pairs = list(zip(ids, rows, strict=True))
+        remembered = [(row[2], page_id, row[4]) for page_id, row in pairs]
+        self._after_commit(functools.partial(self._remember_urls, remembered))
         cur.executemany(
             self._sql(
                 "INSERT INTO pages (id, host, url, normalized_url, id_from, level, state, "
@@ -1138,16 +1149,50 @@ class SQLDataManager(DataManager):
         """The pages these URLs are already (normalized URL → id), those of them still
         waiting deeper than ``level`` (a shorter path to them was just found), and those
         the last run knew that this one has not reached yet (URL → id)."""
+        remembered = self._url_pages
         known: dict[str, int] = {}
-        deeper: list[int] = []
         unreached: dict[str, int] = {}
-        for url, page_id, state, page_level in self._url_rows(cur, urls):
-            known[url] = page_id
-            if state == PageState.WAITING and page_level > level:
-                deeper.append(page_id)
-            elif state == PageState.UNREACHED:
-                unreached[url] = page_id
+        asked: list[str] = []
+        for url in urls:
+            page = remembered.get(url)
+            # A page no deeper than the links' level is never moved up by them, whatever
+            # its state: what memory says is enough. Others may be: the database says.
+            if page is not None and page[1] <= level:
+                known[url] = page[0]
+            else:
+                asked.append(url)
+        deeper: list[int] = []
+        if asked:
+            rows = self._url_rows(cur, asked)
+            also_waiting = self._waiting_in_memory(cur, host, rows, level)
+            for url, page_id, state, page_level in rows:
+                known[url] = page_id
+                waiting = state == PageState.WAITING or page_id in also_waiting
+                if waiting and page_level > level:
+                    deeper.append(page_id)
+                elif state == PageState.UNREACHED:
+                    unreached[url] = page_id
+            # Not a page this run has not reached: a link to it must reach it.
+            self._remember_urls([(url, page_id, page_level) for url, page_id, state, page_level
+                                 in rows if state != PageState.UNREACHED])  # fmt: skip
         return known, deeper, unreached
+
+    def _waiting_in_memory(
+        self, cur: Cursor, host: str, rows: Sequence[tuple[str, int, str, int]], level: int
+    ) -> Container[int]:
+        """Pages among these rows (of :meth:`_url_rows`) that wait in this process's memory
+        though their rows say otherwise (none unless a backend keeps such pages)."""
+        return ()
+
+    def _remember_urls(self, pages: Sequence[tuple[str, int, int]]) -> None:
+        """Remember (normalized URL, page id, level) of pages, forgetting the oldest."""
+        remembered = self._url_pages
+        for url, page_id, level in pages:
+            remembered[url] = (page_id, level)
+        excess = len(remembered) - self.url_pages_kept
+        if excess > 0:
+            for url in list(itertools.islice(remembered, excess)):
+                del remembered[url]
 
     def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
         """(normalized URL, page id, state, level) of the pages these URLs are."""

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Unpack
@@ -150,8 +150,6 @@ class SQLiteDataManager(SQLDataManager):
     group_commit_calls: ClassVar[int] = 256
     """...or this many calls, whichever comes first; an idle thread commits a group that is
     due, and waits no longer than until it is (:meth:`wait_for_work`)."""
-    url_pages_kept: ClassVar[int] = 4096
-    """Pages remembered by URL for the links of later pages (about 0.7 MB)."""
     front_batch: ClassVar[int] = 32
     """Waiting pages of a site leased from the database at once."""
 
@@ -187,10 +185,6 @@ class SQLiteDataManager(SQLDataManager):
         self._fronts: dict[str, _Front] = defaultdict(_Front)
         self._leased: dict[PageId, PageData] = {}
         """Pages handed to a downloader, by id: storing the download needs no read."""
-        self._url_pages: dict[str, tuple[int, int]] = {}
-        """Normalized URL -> (page id, level) of pages stored lately, at most
-        :attr:`url_pages_kept`: a site's pages repeat its navigation links, which then
-        need no query. A level here is never lower than the stored one."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -483,56 +477,19 @@ class SQLiteDataManager(SQLDataManager):
         ids = super()._insert_pages(cur, host, rows)
         if ids:
             self._queued(host, min(row[4] for row in rows), ids[0])
-            pages = [(row[2], page_id, row[4]) for page_id, row in zip(ids, rows, strict=True)]
-            self._after_commit(functools.partial(self._remember_urls, pages))
         return ids
 
-    def _known_links(
-        self, cur: Cursor, host: str, urls: Sequence[str], level: int
-    ) -> tuple[dict[str, int], list[int], dict[str, int]]:
-        remembered = self._url_pages
-        known: dict[str, int] = {}
-        unreached: dict[str, int] = {}
-        asked: list[str] = []
-        for url in urls:
-            page = remembered.get(url)
-            # A page no deeper than the links' level is never moved up by them, whatever
-            # its state: what memory says is enough. Others may be: the database says.
-            if page is not None and page[1] <= level:
-                known[url] = page[0]
-            else:
-                asked.append(url)
-        deeper: list[int] = []
-        if asked:
-            rows = self._url_rows(cur, asked)
-            front = self._fronts.get(host)
-            in_front = {page.id for page in front.pages} if front is not None else set()
-            if any(page_id in in_front and page_level > level
-                   for _, page_id, _, page_level in rows):  # fmt: skip
-                # A page of the front is waiting, though its row says leased: give the
-                # front back, so that the page moves up and is leased at its new level.
-                self._give_back(cur, host)
-            for url, page_id, state, page_level in rows:
-                known[url] = page_id
-                waiting = state == PageState.WAITING or page_id in in_front
-                if waiting and page_level > level:
-                    deeper.append(page_id)
-                elif state == PageState.UNREACHED:
-                    unreached[url] = page_id
-            # Not a page this run has not reached: a link to it must reach it.
-            self._remember_urls([(url, page_id, page_level) for url, page_id, state, page_level
-                                 in rows if state != PageState.UNREACHED])  # fmt: skip
-        return known, deeper, unreached
-
-    def _remember_urls(self, pages: Sequence[tuple[str, int, int]]) -> None:
-        """Remember (normalized URL, page id, level) of pages, forgetting the oldest."""
-        remembered = self._url_pages
-        for url, page_id, level in pages:
-            remembered[url] = (page_id, level)
-        excess = len(remembered) - self.url_pages_kept
-        if excess > 0:
-            for url in list(itertools.islice(remembered, excess)):
-                del remembered[url]
+    def _waiting_in_memory(
+        self, cur: Cursor, host: str, rows: Sequence[tuple[str, int, str, int]], level: int
+    ) -> Container[int]:
+        front = self._fronts.get(host)
+        in_front = {page.id for page in front.pages} if front is not None else set()
+        if any(page_id in in_front and page_level > level
+               for _, page_id, _, page_level in rows):  # fmt: skip
+            # A page of the front is waiting, though its row says leased: give the
+            # front back, so that the page moves up and is leased at its new level.
+            self._give_back(cur, host)
+        return in_front
 
     def _queued(self, host: str, level: int, page_id: int) -> None:
         """A page became waiting: the site's front is stale if it sorts before its end."""
