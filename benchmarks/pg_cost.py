@@ -1,6 +1,6 @@
 """What a page of one worker's crawl costs the PostgreSQL server, against SQLite storage.
 
-    python benchmarks/pg_cost.py [--site postgres] [--rounds 3] [--top 12]
+    python benchmarks/pg_cost.py [--site postgres] [--rounds 3] [--top 12] [--no-count]
 
 Issue 41: the PostgreSQL docs served by nginx on loopback (as ``crawl_bench.py`` serves
 them), one worker, 8 downloading threads, no delay, crawled with its state in SQLite
@@ -19,6 +19,9 @@ medians with their range:
   time a connection's client speaks again after the server answered), over all the
   worker's connections, and the statements a page of the most frequent kinds. The
   proxy's own latency slows that crawl down, so it is not timed.
+
+To compare two versions, run it with ``PYTHONPATH=OTHER_CHECKOUT`` in turn: the crawls
+run ``python -m rccrawler`` with this interpreter and inherit it.
 """
 
 from __future__ import annotations
@@ -326,6 +329,7 @@ def main() -> int:
     parser.add_argument("--site", default="postgres", choices=sorted(SITES))
     parser.add_argument("--rounds", type=int, default=3, help="timed pairs (0: only count)")
     parser.add_argument("--top", type=int, default=12, help="kinds of statement listed")
+    parser.add_argument("--no-count", action="store_true", help="no crawl through the proxy")
     args = parser.parse_args()
     site = SITES[args.site]
     warm_page_cache(site.root)
@@ -333,6 +337,8 @@ def main() -> int:
         url = nginx.url(site)
         if args.rounds:
             timed_pairs(url, Path(tmp), args.rounds, site.title)
+        if args.no_count:
+            return 0
         with WireCounter() as wire:
             folder = Path(tmp) / f"counted-{uuid.uuid4().hex[:8]}"
             folder.mkdir()

@@ -882,7 +882,7 @@ class PostgresDataManager(CoordinatedDataManager):
             host_rows = cur.fetchall()
             cur.execute("SELECT host, key, n FROM counts WHERE n <> 0")
             count_rows = cur.fetchall()
-            _busy, threads = self._noted_threads(cur)
+            busy, threads = self._noted_threads(cur)
         self._analyze_if_grown(sum(n for _h, key, n in count_rows if key.startswith("state:")))
         counts: dict[str, StateCounts] = {}
         for host, key, n in count_rows:
@@ -923,7 +923,14 @@ class PostgresDataManager(CoordinatedDataManager):
                                    finished_at=data.finished_at)  # fmt: skip
                 sites.append((data, c, parsing))
             self._robots_pending = pending
-            self._stats = replace(snapshot(sites, self.clock()), downloading_threads=threads)
+            stats = snapshot(sites, self.clock())
+            # Another worker's pages in flight are waiting in the counters (see
+            # table_state): its busy downloading threads, as it last noted them, say how
+            # many (all of them for status, which downloads nothing).
+            downloading = stats.downloading + max(0, busy - self._threads_noted[0])
+            if threads:
+                downloading = min(downloading, threads)
+            self._stats = replace(stats, downloading=downloading, downloading_threads=threads)
             self._stats_at = time.monotonic()
             return self._stats
 
