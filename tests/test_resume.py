@@ -30,6 +30,16 @@ FINISHED = ("done", "error", "skipped")
 """Pages whose work is committed. A page being downloaded, or downloaded and waiting
 for a parser (its body is kept in memory), is in flight: a crash fetches it again."""
 IN_FLIGHT = ("running", "downloaded", "parsing")
+"""How a page in flight may show in the table (on PostgreSQL it stays 'waiting' until
+it is stored: see in_flight)."""
+
+
+def in_flight(server, states: dict[str, str]) -> set[str]:
+    """The pages in flight at a kill (``states``: page_states() after it): requested and
+    not finished, or leased in the table."""
+    requested = {hit.path for hit in server.hits}
+    unfinished = {path for path in requested if states.get(path) not in FINISHED}
+    return unfinished | {path for path, state in states.items() if state in IN_FLIGHT}
 
 
 def spawn(config: Path, *args: str) -> subprocess.Popen[str]:
@@ -113,12 +123,12 @@ def test_sigkill_at_five_moments_loses_and_repeats_nothing_but_in_flight_pages(
         seen = len(server.hits)
         states = page_states(config)
         finished = {path for path, state in states.items() if state in FINISHED}
-        in_flight_at_kills |= {path for path, state in states.items() if state in IN_FLIGHT}
+        in_flight_at_kills |= in_flight(server, states)
         # What the next run requests must not include anything finished before the kill.
         proc = spawn(config)
         wait_for_hits(server, seen + 1, proc, limit=TAKEOVER_S)
         kill9(proc)
-        in_flight_at_kills |= {p for p, state in page_states(config).items() if state in IN_FLIGHT}
+        in_flight_at_kills |= in_flight(server, page_states(config))
         again = [hit.path for hit in server.hits[seen:]]
         assert not finished & set(again), sorted(finished & set(again))[:5]
     final = run(config)  # what is left: a few hundred pages (run()'s bound, not a speed)
