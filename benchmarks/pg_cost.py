@@ -296,7 +296,7 @@ def crawl(
     """One crawl: (wall s, the crawler's CPU s, pages); its PostgreSQL schema dropped."""
     os.environ["PGAPPNAME"] = application
     try:
-        measure, pages, _urls, note = crawl_ours(url, folder, 600, storage=storage)
+        measure, pages, _urls, note = crawl_ours(url, folder, 600, downloading="8", storage=storage)
     finally:
         if storage is not None:
             discard_storage(load_settings(folder / "settings.yaml")[1])
