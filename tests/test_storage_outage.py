@@ -300,20 +300,23 @@ def test_after_a_restart_a_live_worker_keeps_its_work_and_a_dead_one_is_reaped()
         try:
             assert alive.recover() == 0  # reconnects; the others are not back yet
             assert first.recover() == 0  # the dead one is only absent so far
+            held = {page.host: owner for owner, page in taken.items() if page}
             with psycopg.connect(cluster.url, autocommit=True) as conn:
                 conn.execute(f"SET search_path TO {schema}")
-                owners = dict(conn.execute(
-                    "SELECT id, owner FROM pages WHERE state = 'running'"
-                ).fetchall())  # fmt: skip
-                assert owners == {page.id: owner for owner, page in taken.items() if page}
-                assert wait_until(lambda: first.recover() > 0, timeout=60, interval=0.05)
-                owners = dict(conn.execute(
-                    "SELECT id, owner FROM pages WHERE state = 'running'"
-                ).fetchall())  # fmt: skip
-            # The dead one's page is waiting again; the live ones' are still theirs.
-            assert owners == {
-                page.id: owner for owner, page in taken.items() if page and owner != dead.owner
-            }
+
+                def holders() -> dict[str, str]:
+                    rows = conn.execute("SELECT host, owner FROM hosts WHERE owner <> ''")
+                    return dict(rows.fetchall())
+
+                assert holders() == held
+                live = {host: owner for host, owner in held.items() if owner != dead.owner}
+                assert wait_until(
+                    lambda: first.recover() >= 0 and holders() == live, timeout=60, interval=0.05
+                )
+                # A page in flight is waiting in the table until it is stored: the dead
+                # one's is the next holder's of its host, the live ones' still theirs.
+                states = conn.execute("SELECT DISTINCT state FROM pages").fetchall()
+            assert states == [("waiting",)]
             assert [alive for *_rest, alive in first.workers()] == [True, True]
         finally:
             for data in workers:

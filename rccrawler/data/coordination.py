@@ -789,7 +789,11 @@ class CoordinatedDataManager(SQLDataManager):
             "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
             (owner,),
         )
-        # Counted in the statement: a dead worker may have held thousands of pages.
+        if cur.rowcount and owner != self.owner:
+            # Its pages in progress were waiting in the table all along (see table_state).
+            logger.warning("%d hosts of a worker that stopped were given back: its pages "
+                           "in progress are queued again", cur.rowcount)  # fmt: skip
+        # Pages an older version marked running, counted in the statement.
         cur.execute(
             "WITH old AS (SELECT id, host, state FROM pages WHERE owner = %s "
             "AND state IN ('waiting', 'running', 'downloaded', 'parsing') FOR UPDATE), "
