@@ -190,6 +190,9 @@ class CoordinatedDataManager(SQLDataManager):
         """Pages handed to a downloading thread, until their download is stored."""
         self._hashes_kept = 0
         """Hashes in the HeldHost.hashes of the held hosts, in all."""
+        self._orphaned: set[PageId] = set()
+        """Pages this worker's threads held when it joined again as a new worker (see
+        _join_again): their stores are dropped."""
         self._robots_pending = 1
         self._next_try = 0.0
         """time.monotonic() before which take_for_download need not look for a new host."""
@@ -291,7 +294,11 @@ class CoordinatedDataManager(SQLDataManager):
         with self._lock:
             self.owner = uuid.uuid4().hex
             self.lock_key = random.randrange(1, 2**62)
+            # Pages its threads still hold are in the table as waiting (see table_state):
+            # their stores are dropped, even once the same host is held here again.
+            self._orphaned |= set(self._handed) | set(self._downloaded) | set(self._parsing)
             self._held.clear()
+            self._hashes_kept = 0
             self._handed.clear()
             self._handed_over.clear()
             self._absent.clear()
@@ -594,6 +601,9 @@ class CoordinatedDataManager(SQLDataManager):
         it the advisory lock) is gone, and then this write cannot commit anyway. So no
         round trip is needed to check it; an unknown page is read and locked.
         """
+        if page_id in self._orphaned:
+            self._orphaned.discard(page_id)
+            raise LeaseLost(page_id)
         handed = self._handed.get(page_id) if known is None else known
         doubt = self._in_doubt()  # the first run of this call may have committed unseen
         if handed is not None and not doubt:
