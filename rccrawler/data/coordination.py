@@ -268,7 +268,9 @@ class CoordinatedDataManager(SQLDataManager):
         """Take this worker's place again on a new connection (its liveness lock held
         again), or join as a new worker if it was reaped while its connection was down
         (see :meth:`_join_again`): whether it did. A host it leased unseen, as the
-        connection went, is given back."""
+        connection went, is given back, and so are the robots.txt fetches it holds (one
+        taken unseen would wait for it forever; one its threads are fetching is stored
+        all the same, and at worst fetched once more)."""
         cur.execute("SELECT 1 FROM workers WHERE owner = %s", (self.owner,))
         if cur.fetchone() is None:
             self._join_again(cur)
@@ -278,6 +280,7 @@ class CoordinatedDataManager(SQLDataManager):
             "UPDATE hosts SET owner = '' WHERE owner = %s AND host <> ALL(%s)",
             (self.owner, list(self._held)),
         )
+        self._give_back_robots(cur, self.owner)
         return False
 
     def _join_again(self, cur: Cursor) -> None:
@@ -785,8 +788,8 @@ class CoordinatedDataManager(SQLDataManager):
         first = self._absent.setdefault(owner, time.monotonic())
         return time.monotonic() - first >= wait_s + RESTART_GRACE_S
 
-    def _reclaim(self, cur: Cursor, owner: str) -> int:
-        """Put what ``owner`` held back: its robots.txt fetches, hosts and pages."""
+    def _give_back_robots(self, cur: Cursor, owner: str) -> None:
+        """The robots.txt fetches ``owner`` took go back to the queue."""
         cur.execute(
             "UPDATE hosts SET robots_state = 'pending', robots_owner = '' "
             "WHERE robots_state = 'fetching' AND robots_owner = %s",
@@ -794,6 +797,10 @@ class CoordinatedDataManager(SQLDataManager):
         )
         if cur.rowcount:
             self._robots_pending = 1
+
+    def _reclaim(self, cur: Cursor, owner: str) -> int:
+        """Put what ``owner`` held back: its robots.txt fetches, hosts and pages."""
+        self._give_back_robots(cur, owner)
         cur.execute(
             "UPDATE hosts SET owner = '', next_fetch_at = greatest(next_fetch_at, "
             "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
