@@ -674,7 +674,12 @@ def _probe_folder(key: str, path: Path, created: list[Path]) -> None:
         target = target.parent
     try:
         for folder in reversed(missing):
-            folder.mkdir()
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                if not folder.is_dir():
+                    raise
+                continue  # made meanwhile by another process (a worker starting beside)
             created.append(folder)
         handle, probe = tempfile.mkstemp(prefix=".rccrawler-probe-", dir=path)
         try:

@@ -170,6 +170,36 @@ def test_an_unwritable_output_dir_exits_2_before_any_request(serve, tmp_path):
     assert not (tmp_path / "state").exists()  # the state_dir made for it was taken back
 
 
+def test_workers_starting_at_once_make_their_folders_without_refusing_each_other(tmp_path):
+    """Workers of a shared crawl started together probe the same new state_dir and
+    output_dir: one making a folder the other was about to make is no failure."""
+    import threading
+
+    from rccrawler.config import check_writable_dirs, settings_from_mapping
+
+    failures: list[BaseException] = []
+    for round_ in range(40):
+        base = tmp_path / f"r{round_}" / "deep"
+        settings = settings_from_mapping({"sites": ["a.test"], "state_dir": str(base / "state"),
+                                          "output_dir": str(base / "out")})  # fmt: skip
+        start = threading.Barrier(6)
+
+        def probe(settings: Any = settings, start: threading.Barrier = start) -> None:
+            start.wait(timeout=30)
+            try:
+                check_writable_dirs(settings)
+            except BaseException as exc:  # the assert below names it
+                failures.append(exc)
+
+        threads = [threading.Thread(target=probe) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert (base / "state").is_dir() and (base / "out").is_dir()
+    assert failures == []
+
+
 # -- what is going on ----------------------------------------------------------------------
 
 
