@@ -179,6 +179,18 @@ def test_identical_pages_collapse_and_arcs_point_to_the_first(serve, crawler):
     assert result.report["sites"]["a.test"]["duplicates"] == 1
 
 
+def test_the_bytes_reported_are_those_of_the_bodies_fetched(serve, crawler):
+    # PostgreSQL's counters once counted a parsed page's bytes twice (at its parse's
+    # take and at its store): status and report.json said 2x.
+    site = generated_site("a.test", 40, fanout=3)
+    server = serve({"a.test": site})
+    result = crawler.run(["a.test"], server.resolve)
+    assert result.finished
+    fetched = {hit.path for hit in server.hits_for("a.test")} - {"/robots.txt"}
+    assert fetched == set(site)
+    assert result.report["sites"]["a.test"]["bytes"] == sum(len(site[p].body) for p in site)
+
+
 def test_every_spelling_of_a_url_is_fetched_once(serve, crawler):
     variants = [
         "/guide.html", "/./guide.html", "/x/../guide.html", "//guide.html", "/guide.html?",

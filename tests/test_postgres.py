@@ -360,10 +360,11 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
 
         writer = threading.Thread(target=store)
         with other.transaction():
-            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
+            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
             writer.start()
-            # The worker's write is one statement: it changes the counters' rows (the
-            # page leaves the queue's), then waits for its page's row, locked here.
+            # The worker's write (sent behind the call, by its writer thread) is one
+            # statement: it changes its page's row (the statement's main query), then
+            # waits for the counters' rows, locked here.
             waiting = (
                 "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "
                 "WHERE %s = ANY(pg_blocking_pids(pid)))"
@@ -372,10 +373,11 @@ def test_a_deadlock_is_rolled_back_and_the_write_runs_again(postgresql):
                 lambda: (other.execute(waiting, (other.info.backend_pid,)).fetchone() or [0])[0],
                 timeout=30, interval=0.005,
             ), "the worker's write never waited"  # fmt: skip
-            # This session now waits for the counters: each waits for the other.
-            other.execute("SELECT * FROM counts WHERE host = 'a.test' FOR UPDATE")
+            # This session now waits for the page's row: each waits for the other.
+            other.execute("UPDATE pages SET bytes = bytes WHERE id = %s", (page.id,))
         writer.join(30)
         assert not writer.is_alive() and not failures, failures
+        data.hosts()  # a read of this worker sees its writes: they are sent by then
         # Once at least: the write run again may win the counters before this session
         # and meet the same deadlock again; the backoff lets this session through then.
         assert data.conflicts >= 1, "PostgreSQL did not roll the worker's write back"

@@ -62,6 +62,10 @@ CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
 """
 """The workers of the crawl, and what a dead one held (its pages, by owner)."""
 
+WRITTEN_KEY = "written"
+"""The ``meta`` key (``written:<owner>``) of the last of a worker's transactions sent
+behind its calls (see ``postgres.WriteBehind``)."""
+
 RESTART_GRACE_S = 3.0
 """Seconds beyond a worker's ``storage_wait_s`` that it is not reaped after a restart of
 the server (from when another worker first sees it absent): its tries to reconnect are
@@ -146,7 +150,7 @@ class CoordinatedDataManager(SQLDataManager):
     What this process holds of the crawl (its hosts, their queues and politeness, the
     pages handed to its threads) lives in its memory while it holds it; every other
     worker sees it as ``owner`` columns. The dialect (:class:`PostgresDataManager`)
-    supplies the connections: :meth:`_transaction` and :meth:`_statement` under this
+    supplies the connections: :meth:`_transaction` under this
     process's lock, :meth:`_reading` outside it, and the counters (:meth:`_count`).
 
     Args:
@@ -156,7 +160,7 @@ class CoordinatedDataManager(SQLDataManager):
             reconnects), and so how long the others leave it after a restart.
     """
 
-    batch_size: ClassVar[int] = 16
+    batch_size: ClassVar[int] = 64
     """Waiting pages of a held host claimed in one round trip."""
     hosts_per_thread: ClassVar[int] = 16
     """Hosts a worker holds at most, per downloading thread. Hosts with a crawl delay
@@ -182,7 +186,7 @@ class CoordinatedDataManager(SQLDataManager):
         self._away_since: float | None = None
         """time.monotonic() when the storage was lost, while it is away: no new work."""
         self.download_slots = max(1, download_slots)
-        self.max_pending_pages = self.download_slots
+        self.max_pending_pages = 4 * self.download_slots
         self.owner = uuid.uuid4().hex
         """This worker's token: on its hosts, its pages and its row in ``workers``."""
         self.lock_key = random.randrange(1, 2**62)
@@ -216,11 +220,6 @@ class CoordinatedDataManager(SQLDataManager):
         this one first saw them absent (see _absent_long_enough)."""
 
     # -- what the dialect supplies ----------------------------------------------------
-    @abstractmethod
-    def _statement(self) -> contextlib.AbstractContextManager[Cursor]:
-        """A cursor for one statement that is its own transaction (lock held): one round
-        trip, no BEGIN and COMMIT."""
-
     @abstractmethod
     def _reading(self, *, one_statement: bool = False) -> contextlib.AbstractContextManager[Cursor]:
         """A read outside this process's lock (it never waits behind its writes)."""
@@ -313,15 +312,19 @@ class CoordinatedDataManager(SQLDataManager):
             self._hold_liveness(cur)
             self._join(cur, self._clock(cur))
 
+    def _worker_keys(self, owner: str) -> list[str]:
+        """The ``meta`` keys of a worker's own values, removed when it leaves or is reaped:
+        its idle threads, its downloading threads, its server, its last write."""
+        return [f"spare:{owner}", f"{self.THREADS_KEY}:{owner}", f"server:{owner}",
+                f"{WRITTEN_KEY}:{owner}"]  # fmt: skip
+
     def _leave(self, cur: Cursor) -> None:
         """Give back what this process still holds, so nobody waits for it (closing)."""
         for held in self._held.values():
             self._save_held(cur, held)
         self._reclaim(cur, self.owner)
         cur.execute("DELETE FROM workers WHERE owner = %s", (self.owner,))
-        cur.execute("DELETE FROM meta WHERE key IN (%s, %s, %s)",
-                    (f"spare:{self.owner}", self._threads_key(),
-                     f"server:{self.owner}"))  # fmt: skip
+        cur.execute("DELETE FROM meta WHERE key = ANY(%s)", (self._worker_keys(self.owner),))
 
     def _coordinate(self) -> None:
         """Look for dead workers and share the hosts again, every ``reap_interval``
@@ -774,9 +777,7 @@ class CoordinatedDataManager(SQLDataManager):
                 cur.execute("DELETE FROM workers WHERE owner = %s RETURNING owner", (owner,))
                 if cur.fetchone() is None:
                     continue  # another worker reaped it first
-                cur.execute("DELETE FROM meta WHERE key IN (%s, %s, %s)",
-                            (f"spare:{owner}", f"{self.THREADS_KEY}:{owner}",
-                             f"server:{owner}"))  # fmt: skip
+                cur.execute("DELETE FROM meta WHERE key = ANY(%s)", (self._worker_keys(owner),))
                 moved += self._reclaim(cur, owner)
                 self._absent.pop(owner, None)
         if moved:

@@ -523,9 +523,11 @@ class SQLDataManager(DataManager):
 
     # -- the dialect ---------------------------------------------------------
     @abstractmethod
-    def _transaction(self) -> contextlib.AbstractContextManager[Cursor]:
+    def _transaction(self, *, later: bool = False) -> contextlib.AbstractContextManager[Cursor]:
         """One committed transaction; the caller holds ``_lock``. A failure rolls it back
-        and a storage failure becomes a StateError."""
+        and a storage failure becomes a StateError. ``later``: a leased page's store,
+        whose writes a dialect may send after the call returns (the page is in flight
+        until then; an error is the crawl's, not the caller's)."""
 
     def _after_commit(self, hook: Callable[[], None]) -> None:
         """Change memory only once the open transaction commits (lock held): a
@@ -551,10 +553,15 @@ class SQLDataManager(DataManager):
             for hook in hooks:
                 hook()
 
+    def _wait_to_write(self) -> None:
+        """Before taking the lock for a write: wait until the storage takes one more (a
+        dialect that sends writes after their calls return bounds them). No-op here."""
+
     @contextlib.contextmanager
-    def _atomic(self) -> Iterator[Cursor]:
+    def _atomic(self, *, later: bool = False) -> Iterator[Cursor]:
         """The lock and one committed transaction around a public method's body."""
-        with self._lock, self._transaction() as cur:
+        self._wait_to_write()
+        with self._lock, self._transaction(later=later) as cur:
             yield cur
 
     def _wake(self) -> None:
@@ -569,7 +576,7 @@ class SQLDataManager(DataManager):
     @contextlib.contextmanager
     def _page_write(self) -> Iterator[Cursor]:
         """``_atomic`` for a write about a leased page: a lost lease drops the write."""
-        with contextlib.suppress(LeaseLost), self._atomic() as cur:
+        with contextlib.suppress(LeaseLost), self._atomic(later=True) as cur:
             yield cur
 
     def _sql(self, query: str) -> str:
@@ -1591,11 +1598,12 @@ class SQLDataManager(DataManager):
         skipped: Sequence[SkippedLink],
         rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
     ) -> None:
+        self._wait_to_write()
         with (
             self._lock,
             self._parse_ending(page_id) as page,
             contextlib.suppress(LeaseLost),
-            self._transaction() as cur,
+            self._transaction(later=True) as cur,
         ):
             claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
             unique = unique_links(links)

@@ -248,7 +248,7 @@ class SQLiteDataManager(SQLDataManager):
     def describe(self) -> str:
         return str(self.path.parent)
 
-    def _transaction(self) -> _Call:
+    def _transaction(self, *, later: bool = False) -> _Call:
         return _Call(self)
 
     def _begin_writes(self) -> None:
