@@ -510,6 +510,12 @@ def _dotted(key: str, raw: object) -> str | None:
     return raw
 
 
+def setting_default(name: str) -> Any:
+    """The default of a top-level setting (a field of :class:`Settings`): the one place
+    it is written, for the settings' reader and for the classes that take it."""
+    return Settings.__dataclass_fields__[name].default
+
+
 def settings_from_mapping(
     raw: object, *, source: Path | None = None, allowed_sections: frozenset[str] = frozenset()
 ) -> Settings:
@@ -551,16 +557,16 @@ def settings_from_mapping(
                 f"threads.{key}", f"must be <= {most} (from this machine's open-file limit)"
             )
     downloading = threads.get("downloading", "auto")
-    storage = raw.get("storage", "sqlite")
+    storage = raw.get("storage", setting_default("storage"))
     if not isinstance(storage, str) or not (
         storage == "sqlite" or storage.startswith(("postgresql://", "postgres://"))
     ):
         raise ConfigError("storage", "must be 'sqlite' or a postgresql:// URL")
-    storage_wait_s = raw.get("storage_wait_s", 120.0)
+    storage_wait_s = raw.get("storage_wait_s", setting_default("storage_wait_s"))
     _check_type("storage_wait_s", storage_wait_s, (int, float), "a number of seconds >= 0")
     if not 0 <= storage_wait_s <= MAX_TIMEOUT_S:
         raise ConfigError("storage_wait_s", f"must be between 0 and {MAX_TIMEOUT_S:.0f} (a day)")
-    parser = raw.get("parser", "lexbor")
+    parser = raw.get("parser", setting_default("parser"))
     if parser not in PARSERS:
         raise ConfigError("parser", f"must be one of {', '.join(PARSERS)}, not {parser!r}")
     unloaders = raw.get("unloaders")
@@ -570,7 +576,7 @@ def settings_from_mapping(
         if not isinstance(unloaders, list) or not all(isinstance(u, str) for u in unloaders):
             raise ConfigError("unloaders", "must be a list of dotted paths")
         unloaders = tuple(unloaders)
-    manager = raw.get("manager", Settings.__dataclass_fields__["manager"].default)
+    manager = raw.get("manager", setting_default("manager"))
     if not isinstance(manager, str):
         raise ConfigError("manager", "must be a dotted path string")
     name = raw.get("name", "")
@@ -587,10 +593,10 @@ def settings_from_mapping(
         state_dir=_path("state_dir", raw.get("state_dir"), Path("state") / stem),
         output_dir=_path("output_dir", raw.get("output_dir"), Path("output") / stem),
         downloading_threads=None if downloading == "auto" else downloading,
-        max_downloading=threads.get("max_downloading", 256),
-        parsing_threads=threads.get("parsing", 2),
-        one_core=threads.get("one_core", True),
-        parse_worker=threads.get("parse_worker", False),
+        max_downloading=threads.get("max_downloading", setting_default("max_downloading")),
+        parsing_threads=threads.get("parsing", setting_default("parsing_threads")),
+        one_core=threads.get("one_core", setting_default("one_core")),
+        parse_worker=threads.get("parse_worker", setting_default("parse_worker")),
         crawl=crawl,
         storage=storage,
         storage_wait_s=float(storage_wait_s),

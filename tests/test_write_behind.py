@@ -4,6 +4,8 @@ group of transactions sends is what they would have written one by one."""
 from __future__ import annotations
 
 import math
+import os
+import socket
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -145,3 +147,23 @@ def test_a_send_cut_off_after_it_committed_is_not_sent_again(data, conn):
     writes.in_doubt = True
     writes.send(conn, MARK, data._columns)
     assert counted() == 12
+
+
+def test_every_connection_of_a_worker_finds_a_vanished_server_out(data):
+    """Keepalive probes and a timeout on unacknowledged data, on the write connection and
+    the pooled ones: a server gone without closing them (a failover, a cut) is a lost
+    storage within seconds, not a statement that waits forever."""
+    sockets = [data._conn]
+    assert data._pool is not None
+    with data._pool.connection() as reader:
+        sockets.append(reader)
+        for conn in sockets:
+            assert conn is not None
+            sock = socket.socket(fileno=os.dup(conn.fileno()))
+            try:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
+            finally:
+                sock.close()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import ClassVar, Unpack
 
+from rccrawler.config import setting_default
 from rccrawler.data.sql import (
     HOST_COLUMNS,
     PAGE_COLUMNS,
@@ -61,6 +62,10 @@ CREATE TABLE IF NOT EXISTS workers (
 CREATE INDEX IF NOT EXISTS pages_owner ON pages (owner) WHERE owner <> '';
 """
 """The workers of the crawl, and what a dead one held (its pages, by owner)."""
+
+STORAGE_WAIT_S: float = setting_default("storage_wait_s")
+"""Seconds a worker waits out a lost storage unless told otherwise (the setting's
+default, written once in ``config.Settings``)."""
 
 WRITTEN_KEY = "written"
 """The ``meta`` key (``written:<owner>``) of the last of a worker's transactions sent
@@ -178,7 +183,7 @@ class CoordinatedDataManager(SQLDataManager):
     """The crawl's schema (the dialect's): the roles' advisory locks are named after it."""
 
     def __init__(
-        self, *, download_slots: int = 8, storage_wait_s: float = 120.0,
+        self, *, download_slots: int = 8, storage_wait_s: float = STORAGE_WAIT_S,
         **options: Unpack[StorageOptions],
     ) -> None:  # fmt: skip
         super().__init__(**options)

@@ -29,6 +29,7 @@ from psycopg import errors, sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rccrawler.data.coordination import (
+    STORAGE_WAIT_S,
     WORKERS_SCHEMA,
     WRITTEN_KEY,
     CoordinatedDataManager,
@@ -72,6 +73,16 @@ RECONNECT_BACKOFF_S = (0.05, 1.0)
 """First and longest wait between two tries to reach a lost storage (doubling)."""
 RECONNECT_TIMEOUT_S = 5
 """Seconds one try to connect, or to take back the liveness lock, may take."""
+
+TCP_OPTIONS: dict[str, Any] = {
+    "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}  # fmt: skip
+"""libpq's TCP options on every connection of a worker: a server gone without closing
+them (a failover, a network cut, a host powered off) is found out within about 25 s
+when the connection is idle (keepalive probes) and 30 s when a statement's data is not
+acknowledged (``tcp_user_timeout``, ms), where a statement would otherwise wait for
+it forever; the storage is then waited out as any lost one (``storage_wait_s``)."""
 
 
 class _QuietBrokenConnections(logging.Filter):
@@ -735,7 +746,7 @@ class PostgresDataManager(CoordinatedDataManager):
         *,
         partitions: int = DEFAULT_PARTITIONS,
         download_slots: int = 8,
-        storage_wait_s: float = 120.0,
+        storage_wait_s: float = STORAGE_WAIT_S,
         **options: Unpack[StorageOptions],
     ) -> None:
         super().__init__(download_slots=download_slots, storage_wait_s=storage_wait_s, **options)
@@ -775,7 +786,7 @@ class PostgresDataManager(CoordinatedDataManager):
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
         try:
-            conn = psycopg.connect(self.url, autocommit=True)
+            conn = psycopg.connect(self.url, autocommit=True, **TCP_OPTIONS)
         except psycopg.Error as exc:
             raise StateError(f"cannot connect to the crawl state {self.url}: {exc}") from exc
         schema = sql.Identifier(self.schema)
@@ -812,8 +823,8 @@ class PostgresDataManager(CoordinatedDataManager):
             # status, stop and search read once and leave: their one connection will do.
             self._pool = ConnectionPool(
                 self.url, min_size=1, max_size=self.read_connections, open=True,
-                kwargs={"autocommit": True}, configure=self._configure_reader, num_workers=1,
-                timeout=30, name=f"rccrawler-{self.owner[:8]}",
+                kwargs={"autocommit": True, **TCP_OPTIONS}, configure=self._configure_reader,
+                num_workers=1, timeout=30, name=f"rccrawler-{self.owner[:8]}",
             )  # fmt: skip
         with self._atomic() as cur:
             self._opened_at = self._clock(cur)
@@ -895,7 +906,9 @@ class PostgresDataManager(CoordinatedDataManager):
         conn = self._conn
         replaced = conn is not None and (conn.closed or conn.broken)
         if conn is not None and replaced:
-            fresh = psycopg.connect(self.url, autocommit=True, connect_timeout=RECONNECT_TIMEOUT_S)
+            fresh = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=RECONNECT_TIMEOUT_S, **TCP_OPTIONS
+            )
             try:
                 fresh.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
                 # The old session may still be ending on the server (a dropped connection):
