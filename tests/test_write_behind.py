@@ -167,3 +167,24 @@ def test_every_connection_of_a_worker_finds_a_vanished_server_out(data):
                 assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 30_000
             finally:
                 sock.close()
+
+
+def test_a_transaction_that_replaces_rows_sends_its_delete_before_its_insert(data, conn):
+    # A task's rows of a page are replaced: deleted, then inserted, keys the same. In
+    # one statement the insert would meet the rows the delete has not removed yet.
+    conn.execute("INSERT INTO urls VALUES ('http://a.test/x', 5), ('http://a.test/old', 5)")
+    insert = "INSERT INTO urls (normalized_url, page_id) VALUES (%s, %s)"
+    replace = transaction(
+        data,
+        ("DELETE FROM urls WHERE page_id = %s", (5,)),
+        (insert, [("http://a.test/x", 5), ("http://a.test/y", 5)]),
+    )
+    other = transaction(data, (insert, [("http://a.test/z", 6)]))
+    batches = replace.unsent()
+    assert len(batches) == 2
+    writes = WriteBehind(64)
+    writes.add(batches, Counter())
+    writes.add(other.unsent(), Counter())
+    writes.send(conn, MARK, data._columns)
+    rows = conn.execute("SELECT normalized_url, page_id FROM urls ORDER BY 1").fetchall()
+    assert rows == [("http://a.test/x", 5), ("http://a.test/y", 5), ("http://a.test/z", 6)]

@@ -366,11 +366,12 @@ class DeferredWrites:
     parse or download needs no BEGIN and COMMIT at all; a transaction that has only
     such writes left at its end hands them to the worker's :class:`WriteBehind`
     instead of sending them. ``BEGIN`` is sent only when a statement has to run after
-    a write or takes a lock. The statements of one ``WITH`` share one snapshot and
-    cannot see each other's rows, so two of them never change one table, except
-    INSERTs beside an UPDATE by id (new pages and the parsed page). The connection is
-    asked for (``connect``) only when a statement is sent. A dialect-neutral caller
-    sees a DB-API cursor.
+    a write or takes a lock, or the writes are more than one statement. The statements
+    of one ``WITH`` share one snapshot and cannot see each other's rows, so two of
+    them never change one table, except INSERTs beside an UPDATE by id (new pages and
+    the parsed page): a write that would starts the next statement (a task's rows of a
+    page, deleted, then inserted). The connection is asked for (``connect``) only
+    when a statement is sent. A dialect-neutral caller sees a DB-API cursor.
 
     Measured on the scale-out crawl: 14 round trips a page became 5, and the worker's
     and the server's CPU per page fell with them.
@@ -382,6 +383,9 @@ class DeferredWrites:
         self.begun = False
         self.pending: list[_Write] = []
         """The writes not sent yet."""
+        self.earlier: list[list[_Write]] = []
+        """Writes not sent yet that must go before ``pending`` (it has one that clashes
+        with them), a statement each."""
         self._cursor: psycopg.Cursor[Row] | None = None
 
     @property
@@ -392,7 +396,7 @@ class DeferredWrites:
 
     @property
     def rowcount(self) -> int:
-        if self.pending:
+        if self.pending or self.earlier:
             self._send(alone_last=True)
         return self.cursor.rowcount
 
@@ -415,7 +419,7 @@ class DeferredWrites:
             keys = frozenset({(table, key)}) if kind != "insert" else frozenset()
             self._defer(_Write(text, list(params), table, kind, keys=keys))
             return
-        if self.pending:
+        if self.pending or self.earlier:
             self._send(alone_last=False)
         elif not self.begun and (not text.lstrip().startswith("SELECT") or _LOCKS.search(text)):
             self._begin()
@@ -429,7 +433,7 @@ class DeferredWrites:
         if write is not None:
             self._defer(write)
             return
-        if self.pending:
+        if self.pending or self.earlier:
             self._send(alone_last=False)
         if not self.begun:
             self._begin()
@@ -437,7 +441,10 @@ class DeferredWrites:
 
     def _defer(self, write: _Write) -> None:
         if any(write.clashes(other) for other in self.pending):
-            self._send(alone_last=False)
+            # A statement of its own, after these (nothing is sent yet: a transaction
+            # that only writes is sent whole, later; see unsent()).
+            self.earlier.append(self.pending)
+            self.pending = []
         self.pending.append(write)
 
     def _begin(self) -> None:
@@ -448,22 +455,30 @@ class DeferredWrites:
         """Send the pending writes (in a transaction, since more statements follow)."""
         if not self.begun:
             self._begin()
+        earlier, self.earlier = self.earlier, []
+        for writes in earlier:
+            self.cursor.execute(*together(writes))
         pending, self.pending = self.pending, []
+        if not pending:
+            return
         if alone_last and len(pending) > 1:
             self.cursor.execute(*together(pending[:-1]))
             pending = pending[-1:]
         self.cursor.execute(*together(pending))
 
-    def unsent(self) -> list[_Write]:
-        """The writes of a transaction that sent none (one statement, atomic by itself),
-        taken out to be sent later; none when it must commit now."""
+    def unsent(self) -> list[list[_Write]]:
+        """The writes of a transaction that sent none, taken out to be sent later, in
+        order, a statement each; none when it must commit now."""
         if self.begun:
             return []
-        pending, self.pending = self.pending, []
-        return pending
+        batches = [writes for writes in (*self.earlier, self.pending) if writes]
+        self.earlier, self.pending = [], []
+        return batches
 
     def commit(self) -> None:
-        if self.pending:
+        if self.earlier:
+            self._send(alone_last=False)  # several statements: BEGIN and COMMIT
+        elif self.pending:
             # One statement is atomic by itself: no BEGIN and COMMIT around it.
             pending, self.pending = self.pending, []
             self.cursor.execute(*together(pending))
@@ -472,7 +487,7 @@ class DeferredWrites:
             self.begun = False
 
     def rollback(self) -> None:
-        self.pending = []
+        self.pending, self.earlier = [], []
         if self.begun:
             self.begun = False
             with contextlib.suppress(psycopg.Error):
@@ -517,7 +532,8 @@ class _Unsent:
     """A transaction done in memory whose writes wait for the writer (see WriteBehind)."""
 
     number: int
-    writes: list[_Write]
+    batches: list[list[_Write]]
+    """Its writes, a statement each, in order (see DeferredWrites.unsent)."""
     deltas: Counter[tuple[str, str]]
 
 
@@ -563,13 +579,14 @@ class WriteBehind:
         """Writes are taken (after the worker joined the crawl; never read-only)."""
         self.closing = False
 
-    def add(self, writes: list[_Write], deltas: Counter[tuple[str, str]]) -> None:
-        """Queue a transaction's writes and counter changes (in the order of the calls)."""
+    def add(self, batches: list[list[_Write]], deltas: Counter[tuple[str, str]]) -> None:
+        """Queue a transaction's writes (:meth:`DeferredWrites.unsent`) and counter
+        changes, in the order of the calls."""
         with self.lock:
             if self.failed is not None:
                 raise self.failed
             self.numbered += 1
-            self.waiting.append(_Unsent(self.numbered, writes, deltas))
+            self.waiting.append(_Unsent(self.numbered, batches, deltas))
             if len(self.waiting) == 1 or len(self.waiting) >= self.limit // 2:
                 self.ready.notify()
 
@@ -630,18 +647,20 @@ class WriteBehind:
     @staticmethod
     def _parts(group: Sequence[_Unsent], mark: str) -> list[list[_Write]]:
         """The writes of a group as statements (one, unless a transaction changes a row
-        an earlier one of the group did: one statement's writes cannot see each
-        other's), the counters and the mark of the last number in the last one."""
+        an earlier one of the group did, or has writes that must follow its others: one
+        statement's writes cannot see each other's), the counters and the mark of the
+        last number in the last one."""
         parts: list[list[_Write]] = [[]]
         changed: set[tuple[str, int]] = set()
         deltas: Counter[tuple[str, str]] = Counter()
         for unsent in group:
-            keys = set().union(*(write.keys for write in unsent.writes))
-            if keys & changed:
-                parts.append([])
-                changed.clear()
-            parts[-1].extend(unsent.writes)
-            changed |= keys
+            for after, batch in enumerate(unsent.batches):
+                keys = set().union(*(write.keys for write in batch))
+                if after or keys & changed:
+                    parts.append([])
+                    changed.clear()
+                parts[-1].extend(batch)
+                changed |= keys
             deltas.update(unsent.deltas)
         counts = counts_upsert(deltas)
         if counts is not None:
@@ -1093,9 +1112,9 @@ class PostgresDataManager(CoordinatedDataManager):
         whether it is done (lock held)."""
         if cur.begun or not self._writes.active:
             return False
-        writes = cur.unsent()
-        if writes or self._deltas:
-            self._writes.add(writes, self._deltas)
+        batches = cur.unsent()
+        if batches or self._deltas:
+            self._writes.add(batches, self._deltas)
             self._deltas = Counter()
         return True
 
