@@ -245,6 +245,10 @@ class CoordinatedDataManager(SQLDataManager):
         write may have committed unseen (the dialect knows)."""
         return False
 
+    def _drop_unsent(self) -> None:
+        """Forget the writes the dialect has not sent yet: they were this worker's as
+        it was before it was reaped (see :meth:`_join_again`). No-op by default."""
+
     # -- joining and leaving ----------------------------------------------------------
     def _hold_liveness(self, cur: Cursor) -> None:
         """Take this worker's liveness lock on the connection it keeps for its life: held
@@ -306,6 +310,13 @@ class CoordinatedDataManager(SQLDataManager):
             # Pages its threads still hold are in the table as waiting (see table_state):
             # their stores are dropped, even once the same host is held here again.
             self._orphaned |= set(self._handed) | set(self._downloaded) | set(self._parsing)
+            # What it remembers of pages may come from writes that were never sent (the
+            # dialect drops them, see _drop_unsent): a page it inserted then is not in
+            # the table, and a link to it must insert it again (3 of 200 pages had never
+            # been fetched).
+            self._url_pages.clear()
+            self._held_hashes.clear()
+            self._drop_unsent()
             self._held.clear()
             self._hashes_kept = 0
             self._handed.clear()

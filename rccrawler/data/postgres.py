@@ -938,7 +938,6 @@ class PostgresDataManager(CoordinatedDataManager):
                 with fresh.transaction(), fresh.cursor() as cur:
                     if self._rejoin(cur):
                         self._unseen.clear()  # its calls in flight are not its own any more
-                        self._writes.drop()
             except BaseException:
                 fresh.close()
                 raise
@@ -1120,6 +1119,9 @@ class PostgresDataManager(CoordinatedDataManager):
 
     def _wait_to_write(self) -> None:
         self._writes.wait_for_room()
+
+    def _drop_unsent(self) -> None:
+        self._writes.drop()
 
     def _send_unsent(self) -> None:
         """Send what transactions wrote behind (the connection lock held)."""
