@@ -165,7 +165,7 @@ class CoordinatedDataManager(SQLDataManager):
             reconnects), and so how long the others leave it after a restart.
     """
 
-    batch_size: ClassVar[int] = 64
+    batch_size: ClassVar[int] = 16
     """Waiting pages of a held host claimed in one round trip."""
     hosts_per_thread: ClassVar[int] = 16
     """Hosts a worker holds at most, per downloading thread. Hosts with a crawl delay
@@ -191,7 +191,7 @@ class CoordinatedDataManager(SQLDataManager):
         self._away_since: float | None = None
         """time.monotonic() when the storage was lost, while it is away: no new work."""
         self.download_slots = max(1, download_slots)
-        self.max_pending_pages = 4 * self.download_slots
+        self.max_pending_pages = self.download_slots
         self.owner = uuid.uuid4().hex
         """This worker's token: on its hosts, its pages and its row in ``workers``."""
         self.lock_key = random.randrange(1, 2**62)
