@@ -126,14 +126,6 @@ class HeldHost:
     CoordinatedDataManager.hashes_kept)."""
 
 
-def set_meta(cur: Cursor, key: str, value: str) -> None:
-    """Write one of the crawl's shared values (the ``meta`` table), new or not."""
-    cur.execute(
-        "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )
-
-
 def threads_wanted(held: HeldHost) -> int:
     """Downloading threads a held host will keep busy: a worker leases hosts until these
     add up to its threads, and shares hosts out by them. A host without a crawl delay
@@ -261,7 +253,7 @@ class CoordinatedDataManager(SQLDataManager):
             "INSERT INTO workers VALUES (%s, %s, %s, %s, %s)",
             (self.owner, self.lock_key, socket.gethostname(), os.getpid(), now),
         )
-        set_meta(cur, f"spare:{self.owner}", str(self.download_slots))
+        self._set_meta(cur, f"spare:{self.owner}", str(self.download_slots))
         self._spare_published = self.download_slots
         self._note_server(cur)
 
@@ -912,7 +904,7 @@ class CoordinatedDataManager(SQLDataManager):
         spare = max(0, self.download_slots - wanted)
         if spare != self._spare_published:
             with self._transaction() as cur:
-                set_meta(cur, f"spare:{self.owner}", str(spare))
+                self._set_meta(cur, f"spare:{self.owner}", str(spare))
             self._spare_published = spare
 
     def live_workers(self) -> int:
@@ -980,4 +972,4 @@ class CoordinatedDataManager(SQLDataManager):
     @retry_conflicts
     def _mark_done(self, role: str, as_of: str) -> None:
         with self._atomic() as cur:
-            set_meta(cur, f"done:{role}", as_of)
+            self._set_meta(cur, f"done:{role}", as_of)

@@ -33,12 +33,12 @@ from rccrawler.data.coordination import (
     WORKERS_SCHEMA,
     WRITTEN_KEY,
     CoordinatedDataManager,
-    set_meta,
     table_state,
 )
 from rccrawler.data.sql import (
     HOST_COLUMNS,
     INSERT_VALUES,
+    SET_META,
     Conflict,
     Cursor,
     StorageLost,
@@ -175,8 +175,8 @@ def _array_insert(query: str, rows: Sequence[Sequence[Any]], columns: Columns) -
             select.append(token)
         else:
             return None
-    listed_types = [types[c] for c, t in zip(names, tokens, strict=True) if t == "%s"]
-    data = _column_arrays(rows, listed_types)
+    listed = [c for c, t in zip(names, tokens, strict=True) if t == "%s"]
+    data = _column_arrays(rows, [types[c] for c in listed])
     text = (
         f"INSERT INTO {name} ({', '.join(names)}) SELECT {', '.join(select)} "
         f"FROM unnest({', '.join(arrays)}) AS r({', '.join(f'c{n}' for n in range(len(arrays)))})"
@@ -188,7 +188,6 @@ def _array_insert(query: str, rows: Sequence[Sequence[Any]], columns: Columns) -
     if key is not None:
         token = tokens[names.index(key)]
         if token == "%s":
-            listed = [c for c, t in zip(names, tokens, strict=True) if t == "%s"]
             at = listed.index(key)
             keys = frozenset((name, row[at]) for row in rows)
         elif _INTEGER.fullmatch(token):
@@ -666,13 +665,7 @@ class WriteBehind:
         if counts is not None:
             parts[-1].append(_Write(counts[0], counts[1], "counts", "upsert"))
         parts[-1].append(
-            _Write(
-                "INSERT INTO meta VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                [mark, str(group[-1].number)],
-                "meta",
-                "upsert",
-            )
+            _Write(placeholders(SET_META), [mark, str(group[-1].number)], "meta", "upsert")
         )
         return parts
 
@@ -702,6 +695,11 @@ class WriteBehind:
         with self.lock:
             self.closing = True
             self.ready.notify_all()
+
+
+def placeholders(query: str) -> str:
+    """A statement written with ``?`` (sql.py's) in psycopg's placeholders."""
+    return query.replace("?", "%s")
 
 
 def schema_for(name: str) -> str:
@@ -1026,7 +1024,7 @@ class PostgresDataManager(CoordinatedDataManager):
     @retry_conflicts
     def request_stop(self) -> None:
         with self._atomic() as cur:
-            set_meta(cur, "stop_requested", repr(self._clock(cur)))
+            self._set_meta(cur, "stop_requested", repr(self._clock(cur)))
 
     @retry_conflicts
     def stop_requested(self) -> bool:
@@ -1190,7 +1188,7 @@ class PostgresDataManager(CoordinatedDataManager):
             raise state_error(self.url, exc) from exc
 
     def _sql(self, query: str) -> str:
-        return query.replace("?", "%s")
+        return placeholders(query)
 
     def _clock(self, cur: Cursor) -> float:
         """The database clock: every worker, on every machine, schedules by it."""

@@ -382,6 +382,9 @@ class AlreadyStored(Exception):
     is done."""
 
 
+SET_META = "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+"""Write one of the crawl's shared values (the ``meta`` table), new or not."""
+
 CONFLICT_ATTEMPTS = 10
 """Tries of one call that keeps meeting conflicts before the crawl gives up on it."""
 CONFLICT_BACKOFF_S = (0.005, 0.5)
@@ -582,6 +585,10 @@ class SQLDataManager(DataManager):
     def _sql(self, query: str) -> str:
         """A statement in the dialect's placeholders (written with ``?``)."""
         return query
+
+    def _set_meta(self, cur: Cursor, key: str, value: str) -> None:
+        """Write one of the crawl's shared values (:data:`SET_META`)."""
+        cur.execute(self._sql(SET_META), (key, value))
 
     def schema_sql(self) -> str:
         """The crawl's tables and the task's, in this dialect."""
@@ -1263,11 +1270,7 @@ class SQLDataManager(DataManager):
         ):
             return
         with self._atomic() as cur:
-            cur.execute(
-                self._sql("INSERT INTO meta VALUES (?, ?) "
-                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
-                (self._threads_key(), f"{busy} {total}"),
-            )  # fmt: skip
+            self._set_meta(cur, self._threads_key(), f"{busy} {total}")
         self._threads_noted = (busy, total)
         self._threads_written_at = now
 
