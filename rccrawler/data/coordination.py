@@ -567,6 +567,7 @@ class CoordinatedDataManager(SQLDataManager):
         self._held[data.host] = HeldHost(
             data, admitted, budget_hit=bool(row[-3]), hashes=None if bodies else {}
         )
+        logger.debug("leased %s", data.host)
         self._publish_spare()
         return True
 
@@ -580,6 +581,7 @@ class CoordinatedDataManager(SQLDataManager):
                 (held.data.host, self.owner),
             )
         del self._held[held.data.host]
+        logger.debug("gave %s back", held.data.host)
         self._hashes_kept -= len(held.hashes or ())
         self._publish_spare()
         self._wake_downloaders = 1 << 16
