@@ -19,6 +19,11 @@ the last answer until the last worker exits: seeing that the crawl is over, and 
 elected worker's output). So are the CPU seconds of all the workers together (user
 + system, medians): the figure a loaded machine disturbs least, and what the
 workers' share of the cores limits. The machine's load average is printed with them.
+
+The crawl phase's floor is printed beside it: every page one answer's latency, as many
+at once as the workers' threads and the hosts' limits allow (1 worker: 7.5 s, 3: 2.5 s).
+Then what the whole run could at best be against 1 worker with this run's start-ups and
+ends, were the crawl phase at its floor: the ceiling that fixed costs leave.
 """
 
 from __future__ import annotations
@@ -133,16 +138,25 @@ def main() -> int:
                       flush=True)  # fmt: skip
     base = statistics.median(times[args.workers[0]])
     phase_base = statistics.median(phases[args.workers[0]])
+
+    def floor(workers: int) -> float:
+        """The shortest crawl phase: every page one answer's latency, as many at once as
+        the workers' threads and the hosts' limits allow."""
+        return total * args.latency / min(workers * THREADS, args.hosts * MAX_DOWNLOADS)
+
+    def around(workers: int) -> float:
+        return statistics.median(starts[workers]) + statistics.median(ends[workers])
+
     print(f"\n{args.hosts} hosts x {args.pages} pages, {args.latency * 1000:.0f} ms answers, "
           f"{THREADS} downloading threads a worker, max_downloads_at_time {MAX_DOWNLOADS}, "
           f"medians of {args.rounds} interleaved rounds, load average "
           f"{' '.join(f'{n:.1f}' for n in os.getloadavg())} at the end")  # fmt: skip
     print(
         "| workers | seconds (range) | pages/s (range) | speed-up | start-up s | "
-        "crawl phase s (range) | its pages/s | its speed-up | end s | workers' CPU s | "
-        "peak in flight per host | URLs fetched twice |"
+        "crawl phase s (range) | its pages/s | its speed-up | its floor s | end s | "
+        "workers' CPU s | peak in flight per host | URLs fetched twice |"
     )
-    print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for workers in args.workers:
         runs, crawling = times[workers], phases[workers]
         med, phase = statistics.median(runs), statistics.median(crawling)
@@ -150,9 +164,16 @@ def main() -> int:
               f"({total / max(runs):.0f}–{total / min(runs):.0f}) | {base / med:.2f}× | "
               f"{statistics.median(starts[workers]):.2f} | "
               f"{phase:.2f} ({min(crawling):.2f}–{max(crawling):.2f}) | {total / phase:.0f} | "
-              f"{phase_base / phase:.2f}× | {statistics.median(ends[workers]):.2f} | "
+              f"{phase_base / phase:.2f}× | {floor(workers):.2f} | "
+              f"{statistics.median(ends[workers]):.2f} | "
               f"{statistics.median(cpu[workers]):.2f} | "
               f"{peaks[workers]} (limit {MAX_DOWNLOADS}) | {twice[workers]} |")  # fmt: skip
+    # What the start-up and the end leave of the speed-up, even with a crawl phase at
+    # its floor: they do not shrink with more workers (on a small machine they grow).
+    one = args.workers[0]
+    print("\nthe most a crawl phase at its floor would give, with these start-ups and ends: "
+          + ", ".join(f"{n} workers {base / (around(n) + floor(n)):.2f}×"
+                      for n in args.workers if n != one))  # fmt: skip
     return 0
 
 
