@@ -27,6 +27,7 @@ from support.sites import generated_site
 from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
+from rccrawler.data.coordination import LEASE_BATCH
 from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
@@ -480,6 +481,95 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
         conn.close()
         second.close()
         first.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_worker_far_over_its_share_hands_the_surplus_over_at_once(postgresql):
+    """The first worker up may hold every host before the others join (a few hundred
+    polite ones, leased in batches). It hands over what the others lack all at once,
+    not one host a look (300 hosts for 3 workers would have taken a minute), and
+    workers that know their share lease only up to it."""
+    schema = schema_for(f"surplus-{uuid.uuid4().hex}")
+    first = PostgresDataManager(postgresql, schema, download_slots=8)
+    first.reap_interval = 0.0  # it looks at the others at each statistics()
+    first.open()
+    others = [PostgresDataManager(postgresql, schema, download_slots=8) for _ in range(2)]
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = add_ready_hosts(first, 8, links=10, crawl_delay=0.0, limit=4)
+        first.statistics()  # alone: its share is every host
+        taken = [page for page in iter(lambda: take_when_due(first), None)]
+        assert hosts_of(conn, first.owner) == set(hosts)
+        for other in others:
+            other.open()
+        first.statistics()  # three workers now: a share of 3 hosts each
+        for page in taken:
+            first.store_download(page.id, DownloadResult(status=404), "")
+        again = [page for page in iter(lambda: take_when_due(first), None)]
+        kept = hosts_of(conn, first.owner)
+        assert len(kept) == 3 and {page.host for page in again} == kept
+        for other, share in zip(others, (3, 2), strict=True):
+            other.statistics()
+            assert take_when_due(other) is not None
+            assert len(hosts_of(conn, other.owner)) == share
+        held = [hosts_of(conn, data.owner) for data in (first, *others)]
+        assert set().union(*held) == set(hosts) and sum(map(len, held)) == len(hosts)
+        states = dict(conn.execute("SELECT state, count(*) FROM pages GROUP BY state").fetchall())
+        assert states == {"error": len(taken), "waiting": 8 * 11 - len(taken)}
+    finally:
+        conn.close()
+        for data in (*others, first):
+            data.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_worker_below_its_share_leases_many_hosts_in_one_look(postgresql):
+    """300 polite hosts leased one a look (46 a second) started over 6.5 s, and the
+    crawl ended 2.2 times its politeness limit late: a worker below its share leases
+    what it lacks in one statement, up to LEASE_BATCH."""
+    schema = schema_for(f"batch-{uuid.uuid4().hex}")
+    data = PostgresDataManager(postgresql, schema, download_slots=64)
+    data.open()
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        add_ready_hosts(data, LEASE_BATCH + 8, links=1, crawl_delay=2.0, limit=1)
+        data.statistics()  # its first look at the others: it is alone
+        assert take_when_due(data) is None  # each host waits out its delay after robots
+        assert len(hosts_of(conn, data.owner)) == LEASE_BATCH
+        leased = conn.execute("SELECT count(*) FROM hosts WHERE owner <> ''").fetchone()
+        assert leased == (LEASE_BATCH,)
+    finally:
+        conn.close()
+        data.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_host_given_back_tells_the_manager_a_site_may_have_ended(postgresql):
+    """The manager's tick grows with its snapshots' cost (0.17 s with 300 hosts on
+    PostgreSQL, so 1.7 s); a host given back makes it look at once, so the crawl's end
+    does not wait out a tick."""
+    schema = schema_for(f"ended-{uuid.uuid4().hex}")
+    data = PostgresDataManager(postgresql, schema, download_slots=4)
+    data.open()
+    try:
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        add_ready_hosts(data, 1, links=2, crawl_delay=0.0, limit=4)
+        data.statistics()
+        *first, last = [page for page in iter(lambda: take_when_due(data), None)]
+        for page in first:
+            data.store_download(page.id, DownloadResult(status=404), "")
+        assert take_when_due(data) is None
+        assert not data.a_site_may_have_ended()  # a page of it is still in flight
+        data.store_download(last.id, DownloadResult(status=404), "")
+        assert take_when_due(data) is None
+        assert data.a_site_may_have_ended()  # the host went back with its last page
+        assert not data.a_site_may_have_ended()  # once
+    finally:
+        data.close()
         PostgresDataManager.drop(postgresql, schema)
 
 

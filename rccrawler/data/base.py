@@ -346,6 +346,13 @@ class DataManager(ABC):
         """Wake every thread waiting in wait_for_work() now (the crawl is stopping), so
         that joining them does not wait out their timeouts. No-op by default."""
 
+    def a_site_may_have_ended(self) -> bool:
+        """Whether a site may have ended since the last call, as this DataManager saw it
+        happen (a shared crawl's worker gave a host back): the manager then asks the
+        finisher at once, instead of at the end of a tick that grows with the snapshots'
+        cost. False by default: the finisher finds it at its next tick."""
+        return False
+
     # -- reading -------------------------------------------------------------
     @abstractmethod
     def statistics(self) -> CrawlStats:

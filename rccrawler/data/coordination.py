@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from abc import abstractmethod
@@ -79,6 +80,8 @@ spaced up to a second apart."""
 LEASE_LOOK_S = (0.02, 0.1)
 """Seconds between two looks for a host to lease: at first, and at most once every host
 is held by some worker (a dead worker's or a handed-over host is taken that soon)."""
+LEASE_BATCH = 32
+"""Hosts leased in one statement at most (a worker below its share of the hosts)."""
 
 
 IN_PROGRESS = frozenset((PageState.RUNNING, PageState.DOWNLOADED, PageState.PARSING))
@@ -212,6 +215,8 @@ class CoordinatedDataManager(SQLDataManager):
         """The idle downloading threads this worker last told the others of."""
         self._workers_seen = 0
         """Live workers of the crawl at the last look (see _balance); 0 before it."""
+        self._released = threading.Event()
+        """A host was given back since a_site_may_have_ended() last looked."""
         self._absent: dict[str, float] = {}
         """Workers whose liveness lock went with a restarted server, and when (monotonic)
         this one first saw them absent (see _absent_long_enough)."""
@@ -514,60 +519,78 @@ class CoordinatedDataManager(SQLDataManager):
         than its threads: one worker of many hosts holds a host per thread at most)."""
         return len(self._held) < min(self._share, self.download_slots)
 
-    def _lease_host(self) -> bool:
-        """Lease one more host with waiting pages, while this worker has slots to fill."""
+    def _hosts_to_lease(self) -> int:
+        """How many hosts to lease now (lock held): up to its share at once, since each
+        waits for nothing but its lease (300 polite hosts leased one a look, 46 a second,
+        started over 6.5 s and ended the crawl twice the politeness limit late); beyond
+        it, one at a time while its threads would idle."""
+        room = self.hosts_per_thread * self.download_slots - len(self._held)
+        if room <= 0:
+            return 0  # polite hosts need no thread between requests, but memory
+        if self._below_share():
+            if not self._workers_seen:
+                return 1  # its share is known after its first look at the others
+            below = min(self._share, self.download_slots) - len(self._held)
+            return min(room, below, LEASE_BATCH)
         # Below its share, even if the threads are spoken for: a host that waits for a
         # worker to be done with others starts late and ends the crawl alone at its
         # limit (8 hosts for 2 workers held 3 each, and two waited 2.4 s).
-        if not self._below_share() and (self._threads_wanted_here() >= self.download_slots):
+        return 1 if self._threads_wanted_here() < self.download_slots else 0
+
+    def _lease_host(self) -> bool:
+        """Lease more hosts with waiting pages (see _hosts_to_lease), in one round trip
+        and one more for what is known of them; whether any was leased."""
+        wanted = self._hosts_to_lease()
+        if wanted <= 0:
             return False
-        if len(self._held) >= self.hosts_per_thread * self.download_slots:
-            return False  # polite hosts need no thread between requests, but memory
         # A host this worker just handed over is left to the others for a while.
         now = time.monotonic()
         handed_over = [host for host, until in self._handed_over.items() if until > now]
         with self._transaction() as cur:
             cur.execute(
-                "UPDATE hosts SET owner = %s WHERE host = (SELECT host FROM hosts h "
+                "UPDATE hosts SET owner = %s WHERE host = ANY(ARRAY(SELECT host FROM hosts h "
                 "WHERE owner = '' AND robots_state = 'ready' AND host <> ALL(%s) "
                 "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting') "
-                "ORDER BY next_fetch_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+                "ORDER BY next_fetch_at LIMIT %s FOR UPDATE SKIP LOCKED)) "
                 f"RETURNING {HOST_COLUMNS}, budget_hit, "
                 "next_fetch_at - extract(epoch FROM clock_timestamp()), "
                 "retry_after_until - extract(epoch FROM clock_timestamp())",
-                (self.owner, handed_over),
+                (self.owner, handed_over, wanted),
             )
-            row = cur.fetchone()
-            if row is None:
+            rows = cur.fetchall()
+            if not rows:
                 if not self._robots_pending:
                     # Every host is known and held: look again less often, up to 0.1 s
                     # (a transaction each time), until one is leased again.
                     self._lease_look = min(LEASE_LOOK_S[1], 2 * self._lease_look)
                     self._next_try = time.monotonic() + self._lease_look
                 return False
-            data = host_from_row(row[:-3])
-            # From the database's clock to this process's (see _now).
-            now = self._now()
-            data.next_fetch_at, data.retry_after_until = now + row[-2], now + row[-1]
-            # Whether a page of it has a body yet (its hashes sort after ''): if not, every
-            # body of it is stored by this worker from now on, and kept in memory.
+            leased = sorted(rows, key=lambda row: row[-2])  # the soonest due first
+            hosts = [host_from_row(row[:-3]) for row in leased]
+            names = [data.host for data in hosts]
+            # Whether a page of each has a body yet (its hashes sort after ''): if not,
+            # every body of it is stored by this worker from now on, and kept in memory.
             cur.execute(
-                "SELECT coalesce(sum(n), 0), EXISTS (SELECT 1 FROM pages "
-                "WHERE host = %s AND content_hash > '') "
-                "FROM counts WHERE host = %s AND key LIKE 'state:%%'",
-                (data.host, data.host),
+                "SELECT coalesce((SELECT sum(n) FROM counts c WHERE c.host = q.host "
+                "AND c.key LIKE 'state:%%'), 0), "
+                "EXISTS (SELECT 1 FROM pages p WHERE p.host = q.host AND p.content_hash > '') "
+                "FROM unnest(%s::text[]) WITH ORDINALITY AS q (host, n) ORDER BY q.n",
+                (names,),
             )
-            admitted, bodies = cur.fetchone() or (0, True)
-            admitted = int(admitted)
+            known = cur.fetchall()
             if not self._deep_links:
-                cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = %s)",
-                            (data.host,))  # fmt: skip
+                cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = ANY(%s))",
+                            (names,))  # fmt: skip
                 self._deep_links = bool((cur.fetchone() or (False,))[0])
-        data.in_flight = 0
-        self._held[data.host] = HeldHost(
-            data, admitted, budget_hit=bool(row[-3]), hashes=None if bodies else {}
-        )
-        logger.debug("leased %s", data.host)
+        # From the database's clock to this process's (see _now).
+        now = self._now()
+        for data, row, (admitted, bodies) in zip(hosts, leased, known, strict=True):
+            data.next_fetch_at, data.retry_after_until = now + row[-2], now + row[-1]
+            data.in_flight = 0
+            self._held[data.host] = HeldHost(
+                data, int(admitted), budget_hit=bool(row[-3]), hashes=None if bodies else {}
+            )
+            logger.debug("leased %s", data.host)
         self._publish_spare()
         return True
 
@@ -586,6 +609,12 @@ class CoordinatedDataManager(SQLDataManager):
         self._publish_spare()
         self._wake_downloaders = 1 << 16
         self._invalidate_statistics()  # the site may be over: the finisher should see it now
+        self._released.set()
+
+    def a_site_may_have_ended(self) -> bool:
+        ended = self._released.is_set()
+        self._released.clear()
+        return ended
 
     @retry_conflicts
     def mark_request_sent(self, host: str) -> None:
@@ -884,20 +913,26 @@ class CoordinatedDataManager(SQLDataManager):
             candidates = [h for h in self._held.values() if not h.exhausted]
             if not candidates or any(h.draining for h in self._held.values()):
                 return
-            # The most recently leased: the least of its work is done.
-            given = candidates[-1]
-            if mine > self._share and any(n < self._share for n, _idle in others.values()):
+            # The most recently leased: the least of their work is done.
+            lacking = sum(max(0, self._share - n) for n, _idle in others.values())
+            if mine > self._share and lacking:
+                # As many as the others lack at once: the first worker up may hold a
+                # few hundred polite hosts before the others join.
+                given = candidates[-min(mine - self._share, lacking) :]
                 why = "fewer hosts than its share"
             elif (
                 self._threads_wanted_here() > self.download_slots
                 and 2 * max(idle for _n, idle in others.values())
-                >= given.data.max_downloads_at_time
+                >= candidates[-1].data.max_downloads_at_time
             ):
+                given = candidates[-1:]
                 why = "idle threads"
             else:
                 return
-            given.draining = True
-            logger.info("handing %s over to a worker with %s", given.data.host, why)
+            for held in given:
+                held.draining = True
+            logger.info("handing %s over to a worker with %s",
+                        ", ".join(held.data.host for held in given), why)  # fmt: skip
 
     def _publish_spare(self) -> None:
         """Tell the other workers how many of this worker's downloading threads its hosts
