@@ -2,6 +2,7 @@
 
     python benchmarks/polite_many.py [--hosts 300] [--pages 20] [--latency 0.3]
         [--delay 1.0] [--runs 3] [--fixed N] [--no-scrapy]
+        [--postgresql URL [--workers 3] [--only-postgresql]]
 
 The web's real shape, on loopback: ``--hosts`` virtual hosts of the tests' loopback
 server (``crawl.resolve`` routes each name to it), each of ``--pages`` pages (the start
@@ -16,7 +17,11 @@ Rows, run in turn (A B C A B C …) so a slow moment hits all alike:
 * rccrawler with default settings (no ``threads:`` key: the automatic pool);
 * rccrawler with a fixed pool, ``threads: {downloading: --fixed}`` (default: one per host);
 * Scrapy at equal concurrency (``CONCURRENT_REQUESTS`` = the fixed pool, 1 per domain,
-  ``DOWNLOAD_DELAY`` = delay, not randomized), where Scrapy is installed (the bench extra).
+  ``DOWNLOAD_DELAY`` = delay, not randomized), where Scrapy is installed (the bench extra);
+* with ``--postgresql URL``: rccrawler with default settings and its state in that
+  database, one worker, then ``--workers`` of them sharing the crawl (the wall time
+  until the last exits; the largest peak RSS of one). ``--only-postgresql`` leaves out
+  the fixed pool and Scrapy.
 
 rccrawler reads no sitemaps here (Scrapy does not); both parse every page for links. Each
 crawler is a child process; its wall time and peak RSS are its own. Printed: the medians
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.util
 import os
 import resource
@@ -36,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +50,9 @@ import yaml
 from common import vm_hwm_kb
 from support.loopback import TEXT, Resource, serve_sites
 from support.sites import GeneratedSite
+
+from rccrawler.data.storage import discard_storage
+from rccrawler.manager import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 SPIDER = Path(__file__).resolve().with_name("scrapy_spider.py")
@@ -80,30 +90,40 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def watch(command: list[str], cwd: Path, timeout: float) -> tuple[float, float, float, int]:
-    """Run ``command``; its wall seconds, its peak RSS (MB, sampled), its CPU seconds and
-    exit code."""
+def watch(
+    command: list[str], cwd: Path, timeout: float, copies: int = 1
+) -> tuple[float, float, float, int]:
+    """Run ``copies`` of ``command`` at once; the wall seconds until the last ends, the
+    largest peak RSS of one (MB, sampled), their CPU seconds and the worst exit code."""
     cpu_before = children_cpu()
     started = time.monotonic()
-    proc = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    procs = [
+        subprocess.Popen(
+            command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(copies)
+    ]
     peak = 0.0
-    while proc.poll() is None:
-        peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
-        if time.monotonic() - started > timeout:
-            proc.kill()
+    while any(proc.poll() is None for proc in procs):
+        for proc in procs:
+            if proc.poll() is None:
+                peak = max(peak, vm_hwm_kb(proc.pid) / 1024)
+                if time.monotonic() - started > timeout:
+                    proc.kill()
         time.sleep(0.05)
     seconds = time.monotonic() - started
-    stderr = proc.stderr.read() if proc.stderr is not None else ""
-    if proc.returncode != 0:
-        print(f"{command[:3]} exited {proc.returncode}: {stderr[-2000:]}", file=sys.stderr)
-    return seconds, peak, children_cpu() - cpu_before, proc.returncode
+    for proc in procs:
+        stderr = proc.stderr.read() if proc.stderr is not None else ""
+        if proc.returncode != 0:
+            print(f"{command[:3]} exited {proc.returncode}: {stderr[-2000:]}", file=sys.stderr)
+    return seconds, peak, children_cpu() - cpu_before, max(proc.returncode for proc in procs)
 
 
 def rccrawler_run(folder: Path, hosts: list[str], resolve: dict[str, str],
-                  args: argparse.Namespace, threads: dict[str, int] | None) -> Run:  # fmt: skip
-    """One fresh crawl by rccrawler with ``threads`` (None: the default, no key)."""
+                  args: argparse.Namespace, threads: dict[str, int] | None,
+                  storage: str = "", workers: int = 1) -> Run:  # fmt: skip
+    """One fresh crawl by rccrawler with ``threads`` (None: the default, no key), its
+    state in SQLite, or in ``storage`` (a PostgreSQL URL) shared by ``workers``."""
     raw: dict[str, object] = {
         "sites": hosts, "state_dir": "state", "output_dir": "output",
         "crawl": {"crawl_delay_ms": args.delay * 1000, "max_downloads_at_time": 1,
@@ -111,11 +131,20 @@ def rccrawler_run(folder: Path, hosts: list[str], resolve: dict[str, str],
     }  # fmt: skip
     if threads is not None:
         raw["threads"] = threads
+    if storage:
+        raw.update(storage=storage, name=f"polite-{uuid.uuid4().hex[:12]}")
+    folder = folder / uuid.uuid4().hex[:12]  # its own state and output
+    folder.mkdir()
     settings = folder / "settings.yaml"
     settings.write_text(yaml.safe_dump(raw))
-    command = [sys.executable, "-m", "rccrawler", "--config", str(settings), "--fresh",
-               "--no-tui", "-q"]  # fmt: skip
-    seconds, peak, cpu, _code = watch(command, folder, args.timeout)
+    command = [sys.executable, "-m", "rccrawler", "--config", str(settings), "--no-tui", "-q"]
+    try:
+        seconds, peak, cpu, code = watch(command, folder, args.timeout, workers)
+    finally:
+        if storage:
+            discard_storage(load_settings(settings)[1])
+    if code != 0:
+        sys.exit(f"polite_many: rccrawler exited {code}")
     report = yaml.safe_load((folder / "output" / "report.json").read_text())
     pages = sum(site["pages_done"] for site in report["sites"].values())
     return Run(seconds, peak, pages, cpu)
@@ -148,6 +177,15 @@ def main() -> int:
     parser.add_argument("--fixed", type=int, help="the fixed pool (default: one per host)")
     parser.add_argument("--no-scrapy", action="store_true", help="leave Scrapy out")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a crawl may take")
+    parser.add_argument("--postgresql", metavar="URL", default="",
+                        help="rows with the state in this PostgreSQL database: one worker, "
+                             "and --workers of them")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument(
+        "--only-postgresql",
+        action="store_true",
+        help="only the PostgreSQL rows (and the SQLite default to compare)",
+    )
     args = parser.parse_args()
     args.fixed = args.fixed or args.hosts
     hosts = [f"h{n}.test" for n in range(args.hosts)]
@@ -167,6 +205,18 @@ def main() -> int:
                 folder, hosts, server.resolve, args, {"downloading": args.fixed}
             ),
         }
+        if args.postgresql:
+            for workers in (1, args.workers):
+                label = f"rccrawler on PostgreSQL, default settings, {workers} worker" + (
+                    "s" if workers > 1 else ""
+                )
+                rows[label] = functools.partial(
+                    rccrawler_run, folder, hosts, server.resolve, args, None,
+                    args.postgresql, workers,
+                )  # fmt: skip
+            if args.only_postgresql:
+                del rows[f"rccrawler, threads: {{downloading: {args.fixed}}}"]
+                scrapy = False
         if scrapy:
             urls = [f"http://{host}:{server.server_port}/" for host in hosts]
             label = (f"Scrapy, CONCURRENT_REQUESTS: {args.fixed}, 1 per domain, "
