@@ -527,8 +527,8 @@ def test_a_worker_far_over_its_share_hands_the_surplus_over_at_once(postgresql):
 
 def test_a_worker_below_its_share_leases_many_hosts_in_one_look(postgresql):
     """300 polite hosts leased one a look (46 a second) started over 6.5 s, and the
-    crawl ended 2.2 times its politeness limit late: a worker below its share leases
-    what it lacks in one statement, up to LEASE_BATCH."""
+    crawl took 1.8 times its politeness limit: a worker below its share leases what it
+    lacks in one statement, up to LEASE_BATCH."""
     schema = schema_for(f"batch-{uuid.uuid4().hex}")
     data = PostgresDataManager(postgresql, schema, download_slots=64)
     data.open()

@@ -522,7 +522,7 @@ class CoordinatedDataManager(SQLDataManager):
     def _hosts_to_lease(self) -> int:
         """How many hosts to lease now (lock held): up to its share at once, since each
         waits for nothing but its lease (300 polite hosts leased one a look, 46 a second,
-        started over 6.5 s and ended the crawl twice the politeness limit late); beyond
+        started over 6.5 s, and the crawl took 1.8 times its politeness limit); beyond
         it, one at a time while its threads would idle."""
         room = self.hosts_per_thread * self.download_slots - len(self._held)
         if room <= 0:
