@@ -68,9 +68,20 @@ STORAGE_WAIT_S: float = setting_default("storage_wait_s")
 """Seconds a worker waits out a lost storage unless told otherwise (the setting's
 default, written once in ``config.Settings``)."""
 
+SPARE_KEY = "spare"
+"""The ``meta`` key (``spare:<owner>``) of a worker's idle downloading threads."""
+SERVER_KEY = "server"
+"""The ``meta`` key (``server:<owner>``) of the server start a worker's liveness lock
+was taken on, and its ``storage_wait_s`` (see ``_reap_dead``)."""
 WRITTEN_KEY = "written"
 """The ``meta`` key (``written:<owner>``) of the last of a worker's transactions sent
 behind its calls (see ``postgres.WriteBehind``)."""
+
+
+def worker_key(kind: str, owner: str) -> str:
+    """The ``meta`` key of one of a worker's own values (``SPARE_KEY``, ...)."""
+    return f"{kind}:{owner}"
+
 
 RESTART_GRACE_S = 3.0
 """Seconds beyond a worker's ``storage_wait_s`` that it is not reaped after a restart of
@@ -258,7 +269,7 @@ class CoordinatedDataManager(SQLDataManager):
             "INSERT INTO workers VALUES (%s, %s, %s, %s, %s)",
             (self.owner, self.lock_key, socket.gethostname(), os.getpid(), now),
         )
-        self._set_meta(cur, f"spare:{self.owner}", str(self.download_slots))
+        self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(self.download_slots))
         self._spare_published = self.download_slots
         self._note_server(cur)
 
@@ -268,7 +279,7 @@ class CoordinatedDataManager(SQLDataManager):
         cur.execute(
             "INSERT INTO meta SELECT %s, extract(epoch FROM pg_postmaster_start_time()) "
             "|| ' ' || %s ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (f"server:{self.owner}", repr(self.storage_wait_s)),
+            (worker_key(SERVER_KEY, self.owner), repr(self.storage_wait_s)),
         )
 
     def _rejoin(self, cur: Cursor) -> bool:
@@ -328,8 +339,8 @@ class CoordinatedDataManager(SQLDataManager):
     def _worker_keys(self, owner: str) -> list[str]:
         """The ``meta`` keys of a worker's own values, removed when it leaves or is reaped:
         its idle threads, its downloading threads, its server, its last write."""
-        return [f"spare:{owner}", f"{self.THREADS_KEY}:{owner}", f"server:{owner}",
-                f"{WRITTEN_KEY}:{owner}"]  # fmt: skip
+        kinds = (SPARE_KEY, self.THREADS_KEY, SERVER_KEY, WRITTEN_KEY)
+        return [worker_key(kind, owner) for kind in kinds]
 
     def _leave(self, cur: Cursor) -> None:
         """Give back what this process still holds, so nobody waits for it (closing)."""
@@ -486,7 +497,7 @@ class CoordinatedDataManager(SQLDataManager):
             return DownloadDemand(in_flight, min(allowed, limit))
 
     def _threads_key(self) -> str:
-        return f"{self.THREADS_KEY}:{self.owner}"
+        return worker_key(self.THREADS_KEY, self.owner)
 
     def _claim_batch(self, held: HeldHost, busy: Sequence[int]) -> None:
         """Read the next waiting pages of a held host, in one round trip, into its queue.
@@ -805,7 +816,7 @@ class CoordinatedDataManager(SQLDataManager):
                     "::float8 <> extract(epoch FROM pg_postmaster_start_time()), false), "
                     "coalesce(split_part(value, ' ', 2)::float8, 0) "
                     "FROM (SELECT NULL) AS one LEFT JOIN meta ON key = %s",
-                    (key, f"server:{owner}"),
+                    (key, worker_key(SERVER_KEY, owner)),
                 )
                 free, restarted, wait_s = cur.fetchone() or (False, False, 0.0)
                 if not free:
@@ -893,8 +904,9 @@ class CoordinatedDataManager(SQLDataManager):
         with self._reading() as cur:
             cur.execute(
                 "SELECT w.owner, (SELECT count(*) FROM hosts h WHERE h.owner = w.owner), "
-                "coalesce((SELECT m.value::int FROM meta m WHERE m.key = 'spare:' || w.owner), 0) "
-                "FROM workers w"
+                "coalesce((SELECT m.value::int FROM meta m WHERE m.key = %s || w.owner), 0) "
+                "FROM workers w",
+                (worker_key(SPARE_KEY, ""),),
             )
             others = {owner: (int(n), int(idle)) for owner, n, idle in cur.fetchall()
                       if owner != self.owner}  # fmt: skip
@@ -941,7 +953,7 @@ class CoordinatedDataManager(SQLDataManager):
         spare = max(0, self.download_slots - wanted)
         if spare != self._spare_published:
             with self._transaction() as cur:
-                self._set_meta(cur, f"spare:{self.owner}", str(spare))
+                self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(spare))
             self._spare_published = spare
 
     def live_workers(self) -> int:

@@ -34,6 +34,7 @@ from rccrawler.data.coordination import (
     WRITTEN_KEY,
     CoordinatedDataManager,
     table_state,
+    worker_key,
 )
 from rccrawler.data.sql import (
     HOST_COLUMNS,
@@ -1125,7 +1126,7 @@ class PostgresDataManager(CoordinatedDataManager):
         """Send what transactions wrote behind (the connection lock held)."""
         if self._writes.waiting and self._conn is not None:
             with self._storage_errors():
-                self._writes.send(self._conn, f"{WRITTEN_KEY}:{self.owner}", self._columns)
+                self._writes.send(self._conn, worker_key(WRITTEN_KEY, self.owner), self._columns)
 
     def _flush(self) -> None:
         """Send what waits to be written, now (before a read on another connection)."""
