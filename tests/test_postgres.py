@@ -6,6 +6,7 @@ test_hostile.py and test_search.py (the ``both_backends`` mark of conftest.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -573,24 +574,31 @@ def test_a_host_given_back_tells_the_manager_a_site_may_have_ended(postgresql):
         PostgresDataManager.drop(postgresql, schema)
 
 
+@contextlib.contextmanager
+def one_worker(postgresql: str, name: str, download_slots: int) -> Iterator[PostgresDataManager]:
+    """A worker of a new crawl of the webgraph task, whose schema is dropped after."""
+    schema = schema_for(f"{name}-{uuid.uuid4().hex}")
+    data = PostgresDataManager(postgresql, schema, download_slots=download_slots)
+    data.open()
+    try:
+        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+        yield data
+    finally:
+        data.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
 def test_a_worker_of_polite_hosts_leases_more_hosts_than_it_has_threads(postgresql):
     """A host with a crawl delay needs a thread only for its request in flight: between
     two requests it needs none. So a worker leases hosts until its threads are busy,
     not one host per thread (8 threads on 40 hosts of 200 ms delay held 8 and crawled
     38 pages/s, where 40 hosts give 200)."""
-    schema = schema_for(f"polite-{uuid.uuid4().hex}")
-    data = PostgresDataManager(postgresql, schema, download_slots=2)
-    data.open()
-    try:
-        data.check_identity("plugins.webgraph.manager.WebGraphManager")
+    with one_worker(postgresql, "polite", download_slots=2) as data:
         hosts = add_ready_hosts(data, 5, links=3, crawl_delay=2.0, limit=1)
         # Each host waits out its delay after its robots.txt; then two threads take a
         # page each and store it before taking the next: one page of every host (on
         # the old count, its two hosts, each again 2 s on).
         assert sorted(take_and_store(data, len(hosts))) == hosts
-    finally:
-        data.close()
-        PostgresDataManager.drop(postgresql, schema)
 
 
 def test_a_worker_holds_a_bounded_number_of_polite_hosts(postgresql):
@@ -612,3 +620,24 @@ def test_a_worker_holds_a_bounded_number_of_polite_hosts(postgresql):
         conn.close()
         data.close()
         PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_take_looks_only_at_held_hosts_their_politeness_lets_go(postgresql, monkeypatch):
+    """A take looked at every held host, 300 polite hosts 0.26 ms a take (4.4 s of CPU a
+    crawl of 6,000 pages): a host its crawl delay holds back rests until it is due, and
+    takes meanwhile pass it by."""
+    with one_worker(postgresql, "resting", download_slots=64) as data:
+        hosts = add_ready_hosts(data, 40, links=2, crawl_delay=30.0, limit=1)
+        data.statistics()  # its first look at the others: it is alone
+        looked_at: list[str] = []
+        held_back = data._held_back
+
+        def counted(host: HostData, now: float) -> bool:
+            looked_at.append(host.host)
+            return held_back(host, now)
+
+        monkeypatch.setattr(data, "_held_back", counted)
+        for _ in range(50):  # each host waits out its 30 s delay after its robots.txt
+            assert take_when_due(data) is None
+        assert set(looked_at) == set(hosts)  # every one leased, and seen held back
+        assert len(looked_at) < 2 * len(hosts)  # once, not once a take (40 hosts x 50)

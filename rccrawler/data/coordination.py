@@ -22,6 +22,7 @@ is reaped (see :meth:`CoordinatedDataManager._rejoin`).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import random
@@ -217,6 +218,12 @@ class CoordinatedDataManager(SQLDataManager):
         """Seconds between two looks for a host to lease (see _lease_host)."""
         self._reaped_at = -1e9
         self._rotation = 0
+        self._resting: list[tuple[float, str]] = []
+        """Held hosts whose politeness holds their next request back, by when they are
+        due (a heap): a take looks only at the others. Looking at every held host each
+        time, 300 polite hosts cost a take 0.26 ms, 4.4 s of CPU a crawl of 6,000 pages."""
+        self._resting_hosts: set[str] = set()
+        """The hosts of _resting (a name may stay in the heap after its host left)."""
         self._handed_over: dict[str, float] = {}
         """Hosts handed over to other workers, and until when (monotonic) to leave them."""
         self._share = 1 << 30
@@ -326,6 +333,8 @@ class CoordinatedDataManager(SQLDataManager):
             self._held_hashes.clear()
             self._drop_unsent()
             self._held.clear()
+            self._resting.clear()
+            self._resting_hosts.clear()
             self._hashes_kept = 0
             self._handed.clear()
             self._handed_over.clear()
@@ -437,7 +446,9 @@ class CoordinatedDataManager(SQLDataManager):
         memory: its row is written when it is stored, see table_state)."""
         now = self._now()
         self._start_due_count()
-        names = list(self._held)
+        resting = self._wake_rested(now)
+        # A draining host is looked at even while it rests: it goes back once idle.
+        names = [name for name, held in self._held.items() if held.draining or name not in resting]
         if not names:
             return None
         self._rotation = (self._rotation + 1) % len(names)
@@ -449,9 +460,14 @@ class CoordinatedDataManager(SQLDataManager):
                     self._release_host(held)
                     self._handed_over[name] = time.monotonic() + 2 * self.reap_interval
                 continue
-            if data.in_flight >= data.max_downloads_at_time:
-                continue
             if self._held_back(data, now):
+                if name not in resting:
+                    resting.add(name)
+                    heapq.heappush(
+                        self._resting, (max(data.next_fetch_at, data.retry_after_until), name)
+                    )
+                continue
+            if data.in_flight >= data.max_downloads_at_time:
                 continue
             busy = [level for level, n in held.levels.items() if n > 0]
             if not held.queue and not held.exhausted and not held.dry:
@@ -473,6 +489,16 @@ class CoordinatedDataManager(SQLDataManager):
             self._handed[page.id] = page
             return replace(page)
         return None
+
+    def _wake_rested(self, now: float) -> set[str]:
+        """The held hosts still resting at ``now`` (lock held): those due leave the heap,
+        and the soonest of the others counts for :meth:`_due_in`."""
+        heap, resting = self._resting, self._resting_hosts
+        while heap and heap[0][0] <= now:
+            resting.discard(heapq.heappop(heap)[1])
+        if heap:
+            self._due_in_s = min(self._due_in_s, heap[0][0] - now)
+        return resting
 
     def download_demand(self, limit: int) -> DownloadDemand:
         with self._lock:
@@ -615,10 +641,13 @@ class CoordinatedDataManager(SQLDataManager):
                 (held.data.host, self.owner),
             )
         del self._held[held.data.host]
+        self._resting_hosts.discard(held.data.host)  # held again, it is looked at anew
         logger.debug("gave %s back", held.data.host)
         self._hashes_kept -= len(held.hashes or ())
         self._publish_spare()
-        self._wake_downloaders = 1 << 16
+        # One idle thread leases what is due now, and wakes one more as it takes a page
+        # (_took): waking them all, 300 polite hosts given back woke each thread 300 times.
+        self._wake_downloaders += 1
         self._invalidate_statistics()  # the site may be over: the finisher should see it now
         self._released.set()
 
