@@ -521,6 +521,10 @@ class ApplicationManager:
     def add_sites(self) -> None:
         """Queue each site's start page; a site known from the last run takes this run's
         politeness (its robots.txt Crawl-delay, read again, still wins when larger)."""
+        # One read of the known sites and one transaction for all: a round trip or two a
+        # site made 300 sites on PostgreSQL wait 0.6 s for their first request.
+        known_hosts = {host.host: host for host in self.data.hosts()}
+        sites: list[tuple[HostData, str, str]] = []
         for site in self.settings.sites:
             name = host_of(site)
             crawl = self.settings.crawl_for(name)
@@ -528,7 +532,7 @@ class ApplicationManager:
             if normalized is None:
                 raise ConfigError("sites", f"{site!r} is not an http(s) URL")
             delay = crawl.crawl_delay_ms / 1000.0
-            known = self.data.host(name)
+            known = known_hosts.get(name)
             host = HostData(
                 host=name,
                 scheme=site.split(":", 1)[0],
@@ -537,7 +541,10 @@ class ApplicationManager:
                 min_crawl_delay=max(delay, robots_delay(known, crawl)) if known else delay,
                 max_downloads_at_time=crawl.max_downloads_at_time,
             )
-            if self.data.add_site(host, request_url(site), normalized):
+            sites.append((host, request_url(site), normalized))
+        added = self.data.add_sites(sites)
+        for site, new in zip(self.settings.sites, added, strict=True):
+            if new:
                 logger.info("site %s queued", site)
 
     def save_cookies(self) -> None:

@@ -941,41 +941,49 @@ class SQLDataManager(DataManager):
 
     @retry_conflicts
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
+        return self.add_sites([(host, start_url, normalized_url)])[0]
+
+    @retry_conflicts
+    def add_sites(self, sites: Sequence[tuple[HostData, str, str]]) -> list[bool]:
         with self._atomic() as cur:
             self._lock_sites(cur)
-            known = self._find_host(cur, host.host)
-            root = (host.host, start_url, normalized_url, None, 0, "")
-            if known is None:
-                host = replace(
-                    host,
-                    started_at=self._clock(cur),
-                    min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
-                    in_flight=0,
-                )
-                self._insert_host(cur, host)
-                self._insert_pages(cur, host.host, [root])
-                return True
-            # Settings may change between runs: politeness follows this run's (SPEC §3),
-            # a lower delay too; auto-throttle starts again from its floor.
-            delay = max(host.crawl_delay, host.min_crawl_delay)
-            if delay < known.crawl_delay:
-                known.next_fetch_at = min(known.next_fetch_at, self._clock(cur) + delay)
-            known.crawl_delay = delay
-            known.min_crawl_delay = delay
-            known.max_downloads_at_time = host.max_downloads_at_time
-            # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
-            root_id = self._page_of_url(cur, normalized_url)
-            if root_id is not None:
-                self._reach(cur, host.host, [root_id], 0, None, "")  # a refresh starts here
-                self._save_host(cur, known)
-                return False
+            return [self._add_site(cur, *site) for site in sites]
+
+    def _add_site(self, cur: Cursor, host: HostData, start_url: str, normalized_url: str) -> bool:
+        """:meth:`add_site`'s work, in the caller's transaction (lock held)."""
+        known = self._find_host(cur, host.host)
+        root = (host.host, start_url, normalized_url, None, 0, "")
+        if known is None:
+            host = replace(
+                host,
+                started_at=self._clock(cur),
+                min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
+                in_flight=0,
+            )
+            self._insert_host(cur, host)
             self._insert_pages(cur, host.host, [root])
-            if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
-                self._end_waiting(cur, host.host, SkipReason.ROBOTS)  # nothing of it is crawled
-            elif known.stop_reason:
-                known.stop_reason, known.finished_at = "", 0.0  # it has work again
-            self._save_host(cur, known)
             return True
+        # Settings may change between runs: politeness follows this run's (SPEC §3),
+        # a lower delay too; auto-throttle starts again from its floor.
+        delay = max(host.crawl_delay, host.min_crawl_delay)
+        if delay < known.crawl_delay:
+            known.next_fetch_at = min(known.next_fetch_at, self._clock(cur) + delay)
+        known.crawl_delay = delay
+        known.min_crawl_delay = delay
+        known.max_downloads_at_time = host.max_downloads_at_time
+        # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
+        root_id = self._page_of_url(cur, normalized_url)
+        if root_id is not None:
+            self._reach(cur, host.host, [root_id], 0, None, "")  # a refresh starts here
+            self._save_host(cur, known)
+            return False
+        self._insert_pages(cur, host.host, [root])
+        if known.stop_reason.startswith(BLOCKED_BY_ROBOTS):
+            self._end_waiting(cur, host.host, SkipReason.ROBOTS)  # nothing of it is crawled
+        elif known.stop_reason:
+            known.stop_reason, known.finished_at = "", 0.0  # it has work again
+        self._save_host(cur, known)
+        return True
 
     @retry_conflicts
     def add_links(
