@@ -44,13 +44,14 @@ from rccrawler.data.sql import (
     Cursor,
     StorageLost,
     StorageOptions,
+    UrlRowsAhead,
     host_from_row,
     retry_conflicts,
     state_error,
 )
 from rccrawler.data.stats import StateCounts, snapshot
 from rccrawler.exceptions import StateError
-from rccrawler.records import CrawlStats, HostData, PageData, PageState, RobotsState
+from rccrawler.records import CrawlStats, HostData, PageData, PageId, PageState, RobotsState
 
 if TYPE_CHECKING:
     from rccrawler.data.tables import TaskTable
@@ -1297,6 +1298,16 @@ class PostgresDataManager(CoordinatedDataManager):
     def _insert_host(self, cur: Cursor, host: HostData) -> None:
         super()._insert_host(cur, host)
         self._robots_pending = 1
+
+    def _url_rows_ahead(self, page_id: PageId, urls: Sequence[str]) -> UrlRowsAhead:
+        parsing = self._parsing.get(page_id)  # a hint without the lock
+        if parsing is None or self._away_since is not None:
+            return None  # the store reads them under the lock, as it must then
+        _known, asked = self._remembered_links(urls, parsing[0].level + 1)
+        if not asked:
+            return None
+        with self._reading(one_statement=True) as cur:
+            return frozenset(asked), self._url_rows(cur, asked)
 
     def _url_rows(self, cur: Cursor, urls: Sequence[str]) -> list[tuple[str, int, str, int]]:
         # One array, not an IN list: the text is the same for any number of links, so it

@@ -435,6 +435,9 @@ def retry_conflicts(
 MAX_HELD = 2**53
 """Held links admitted at once when the page budget has no limit (``max_pages: 0``)."""
 
+UrlRowsAhead = tuple[frozenset[str], list[tuple[str, int, str, int]]] | None
+"""URLs a parse's store read before taking the lock, and the rows found of them."""
+
 DUE_WAIT_MAX_S = 1.0
 """The longest an idle downloading thread waits for a host to become due: a take that
 finds no host held back by its politeness says this."""
@@ -1166,26 +1169,27 @@ class SQLDataManager(DataManager):
         return PageId(row[0]) if row is not None else None
 
     def _known_links(
-        self, cur: Cursor, host: str, urls: Sequence[str], level: int
+        self, cur: Cursor, host: str, urls: Sequence[str], level: int, ahead: UrlRowsAhead = None
     ) -> tuple[dict[str, int], list[int], dict[str, int]]:
         """The pages these URLs are already (normalized URL → id), those of them still
         waiting deeper than ``level`` (a shorter path to them was just found), and those
-        the last run knew that this one has not reached yet (URL → id)."""
-        remembered = self._url_pages
-        known: dict[str, int] = {}
+        the last run knew that this one has not reached yet (URL → id). ``ahead`` is
+        what :meth:`_url_rows_ahead` read before the lock was taken."""
+        known, asked = self._remembered_links(urls, level)
         unreached: dict[str, int] = {}
-        asked: list[str] = []
-        for url in urls:
-            page = remembered.get(url)
-            # A page no deeper than the links' level is never moved up by them, whatever
-            # its state: what memory says is enough. Others may be: the database says.
-            if page is not None and page[1] <= level:
-                known[url] = page[0]
-            else:
-                asked.append(url)
         deeper: list[int] = []
         if asked:
-            rows = self._url_rows(cur, asked)
+            if ahead is None:
+                rows = self._url_rows(cur, asked)
+            else:
+                # What memory knows now wins (this process's pages since the read);
+                # a URL the read did not ask for (forgotten since) is read now.
+                read, found = ahead
+                wanted = set(asked)
+                rows = [row for row in found if row[0] in wanted]
+                missing = [url for url in asked if url not in read]
+                if missing:
+                    rows += self._url_rows(cur, missing)
             also_waiting = self._waiting_in_memory(cur, host, rows, level)
             for url, page_id, state, page_level in rows:
                 known[url] = page_id
@@ -1198,6 +1202,33 @@ class SQLDataManager(DataManager):
             self._remember_urls([(url, page_id, page_level) for url, page_id, state, page_level
                                  in rows if state != PageState.UNREACHED])  # fmt: skip
         return known, deeper, unreached
+
+    def _remembered_links(
+        self, urls: Sequence[str], level: int
+    ) -> tuple[dict[str, int], list[str]]:
+        """The pages memory knows enough of, for links at ``level`` (URL → id), and the
+        URLs to ask the storage about. Safe without the lock: a hint, then, that the
+        lock's holder checks again."""
+        remembered = self._url_pages
+        known: dict[str, int] = {}
+        asked: list[str] = []
+        for url in urls:
+            page = remembered.get(url)
+            # A page no deeper than the links' level is never moved up by them, whatever
+            # its state: what memory says is enough. Others may be: the database says.
+            if page is not None and page[1] <= level:
+                known[url] = page[0]
+            else:
+                asked.append(url)
+        return known, asked
+
+    def _url_rows_ahead(self, page_id: PageId, urls: Sequence[str]) -> UrlRowsAhead:
+        """The rows of :meth:`_url_rows` for the links of a page being parsed that memory
+        does not know, read before the lock is taken: (the URLs asked, the rows found).
+        None here: a dialect whose reads are round trips reads them outside the lock (on
+        PostgreSQL, under it, this read was most of a parse's hold on the lock, and the
+        downloading threads queued behind it)."""
+        return None
 
     def _waiting_in_memory(
         self, cur: Cursor, host: str, rows: Sequence[tuple[str, int, str, int]], level: int
@@ -1610,6 +1641,8 @@ class SQLDataManager(DataManager):
         rows: Mapping[str, Sequence[tuple[Any, ...]]] | None = None,
     ) -> None:
         self._wait_to_write()
+        unique = unique_links(links)
+        ahead = self._url_rows_ahead(page_id, list(unique))
         with (
             self._lock,
             self._parse_ending(page_id) as page,
@@ -1617,9 +1650,8 @@ class SQLDataManager(DataManager):
             self._transaction(later=True) as cur,
         ):
             claim = self._claim(cur, page_id, (PageState.DOWNLOADED,), page)
-            unique = unique_links(links)
             level, referer = page.level + 1, page.url
-            known, deeper, unreached = self._known_links(cur, page.host, list(unique), level)
+            known, deeper, unreached = self._known_links(cur, page.host, list(unique), level, ahead)
             admission = admit_links(unique, known, claim.admitted, self.limits)
             reached = [pid for url, pid in unreached.items() if unique[url].skip_if_new is None]
             if reached:
