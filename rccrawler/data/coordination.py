@@ -22,7 +22,6 @@ is reaped (see :meth:`CoordinatedDataManager._rejoin`).
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import os
 import random
@@ -47,6 +46,7 @@ from rccrawler.data.sql import (
     LeaseLost,
     SQLDataManager,
     StorageOptions,
+    due_at,
     host_from_row,
     page_from_row,
     retry_conflicts,
@@ -461,11 +461,8 @@ class CoordinatedDataManager(SQLDataManager):
                     self._handed_over[name] = time.monotonic() + 2 * self.reap_interval
                 continue
             if self._held_back(data, now):
-                if name not in resting:
-                    resting.add(name)
-                    heapq.heappush(
-                        self._resting, (max(data.next_fetch_at, data.retry_after_until), name)
-                    )
+                resting.add(name)  # the names looked at are not resting, or draining
+                self._rest(self._resting, data)
                 continue
             if data.in_flight >= data.max_downloads_at_time:
                 continue
@@ -493,12 +490,8 @@ class CoordinatedDataManager(SQLDataManager):
     def _wake_rested(self, now: float) -> set[str]:
         """The held hosts still resting at ``now`` (lock held): those due leave the heap,
         and the soonest of the others counts for :meth:`_due_in`."""
-        heap, resting = self._resting, self._resting_hosts
-        while heap and heap[0][0] <= now:
-            resting.discard(heapq.heappop(heap)[1])
-        if heap:
-            self._due_in_s = min(self._due_in_s, heap[0][0] - now)
-        return resting
+        self._resting_hosts.difference_update(self._due_rested(self._resting, now))
+        return self._resting_hosts
 
     def download_demand(self, limit: int) -> DownloadDemand:
         with self._lock:
@@ -511,7 +504,7 @@ class CoordinatedDataManager(SQLDataManager):
                 data = held.data
                 if held.draining or held.dry or (held.exhausted and not held.queue):
                     continue
-                if max(data.next_fetch_at, data.retry_after_until) <= now:
+                if due_at(data) <= now:
                     allowed += max(0, data.max_downloads_at_time - data.in_flight)
             # This worker's part of what no worker holds yet: robots.txt files to fetch,
             # and the hosts it will lease up to its share (one request each, at first).

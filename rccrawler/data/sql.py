@@ -438,6 +438,13 @@ MAX_HELD = 2**53
 UrlRowsAhead = tuple[frozenset[str], list[tuple[str, int, str, int]]] | None
 """URLs a parse's store read before taking the lock, and the rows found of them."""
 
+
+def due_at(host: HostData) -> float:
+    """When a host's politeness lets its next request go: its crawl delay counted from
+    the last request, or a Retry-After, whichever is later."""
+    return max(host.next_fetch_at, host.retry_after_until)
+
+
 DUE_WAIT_MAX_S = 1.0
 """The longest an idle downloading thread waits for a host to become due: a take that
 finds no host held back by its politeness says this."""
@@ -942,7 +949,6 @@ class SQLDataManager(DataManager):
     def _lock_sites(self, cur: Cursor) -> None:
         """Serialize adding sites between processes (no-op here)."""
 
-    @retry_conflicts
     def add_site(self, host: HostData, start_url: str, normalized_url: str) -> bool:
         return self.add_sites([(host, start_url, normalized_url)])[0]
 
@@ -1378,6 +1384,21 @@ class SQLDataManager(DataManager):
         """Seconds until a download may be due, as the last take saw it."""
         return self._due_in_s
 
+    def _rest(self, resting: list[tuple[float, str]], host: HostData) -> None:
+        """Put a host its politeness holds back on a heap of resting hosts, by when it is
+        due: a take looks at it again only then (lock held)."""
+        heapq.heappush(resting, (due_at(host), host.host))
+
+    def _due_rested(self, resting: list[tuple[float, str]], now: float) -> list[str]:
+        """The hosts of a heap of resting hosts that are due at ``now``, taken off it; the
+        soonest of the others counts for :meth:`_due_in` (lock held)."""
+        due = []
+        while resting and resting[0][0] <= now:
+            due.append(heapq.heappop(resting)[1])
+        if resting:
+            self._due_in_s = min(self._due_in_s, resting[0][0] - now)
+        return due
+
     def _start_due_count(self) -> None:
         """A take looks at the hosts again: :meth:`_held_back` counts from the longest wait.
         Lock held."""
@@ -1387,7 +1408,7 @@ class SQLDataManager(DataManager):
         """Whether the host's politeness (its crawl delay, a Retry-After) holds its next
         request back at ``now``; if so, when it is due counts for :meth:`_due_in` (since
         the take's :meth:`_start_due_count`). Lock held."""
-        due = max(host.next_fetch_at, host.retry_after_until)
+        due = due_at(host)
         if due <= now:
             return False
         self._due_in_s = min(self._due_in_s, due - now)

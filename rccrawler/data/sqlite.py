@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import itertools
 import os
 import sqlite3
@@ -40,6 +39,7 @@ from rccrawler.data.sql import (
     Cursor,
     SQLDataManager,
     StorageOptions,
+    due_at,
     host_from_row,
     page_from_row,
     state_error,
@@ -634,8 +634,7 @@ class SQLiteDataManager(SQLDataManager):
                     continue
                 if self._held_back(host, now):
                     self._candidate_set.discard(candidates.popleft())
-                    due = max(host.next_fetch_at, host.retry_after_until)
-                    heapq.heappush(self._resting, (due, host.host))
+                    self._rest(self._resting, host)
                     continue
                 candidates.rotate(-1)
                 if host.in_flight >= host.max_downloads_at_time:
@@ -660,11 +659,8 @@ class SQLiteDataManager(SQLDataManager):
     def _wake_rested(self, now: float) -> None:
         """Resting hosts that are due are candidates again; the soonest of the others
         counts for :meth:`_due_in` (lock held)."""
-        resting = self._resting
-        while resting and resting[0][0] <= now:
-            self._add_candidate(heapq.heappop(resting)[1])
-        if resting:
-            self._due_in_s = min(self._due_in_s, resting[0][0] - now)
+        for host in self._due_rested(self._resting, now):
+            self._add_candidate(host)
 
     def download_demand(self, limit: int) -> DownloadDemand:
         with self._lock:
@@ -685,7 +681,7 @@ class SQLiteDataManager(SQLDataManager):
                 if (
                     host.robots_state is RobotsState.READY
                     and self._counters[name].by_state[PageState.WAITING] > 0
-                    and max(host.next_fetch_at, host.retry_after_until) <= now
+                    and due_at(host) <= now
                 ):
                     allowed += max(0, host.max_downloads_at_time - host.in_flight)
             return DownloadDemand(in_flight, min(allowed, limit))
