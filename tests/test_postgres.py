@@ -671,3 +671,33 @@ def test_a_parse_reads_its_links_rows_before_it_takes_the_lock(postgresql, monke
         assert under_lock == [False]  # one read, before the lock (it was under it)
         levels = {page.url: page.level for page in data.iter_pages("h0.test")}
         assert levels == {"http://h0.test/": 0, "http://h0.test/x": 1, "http://h0.test/new": 1}
+
+
+def test_a_link_inserted_after_the_read_ahead_is_not_inserted_again(postgresql, monkeypatch):
+    """A parse's read ahead of the lock found /u missing; before it took the lock,
+    another parse inserted /u deeper. Memory knows /u then, but deeper than these links,
+    so it is asked about: the read's "missing" is stale, and inserting /u again broke
+    the unique URL (a crawl of the test site stopped on it, 1 run in 3)."""
+    with one_worker(postgresql, "stale", download_slots=4) as data:
+        add_ready_hosts(data, 1, links=1, crawl_delay=0.0, limit=4)  # / and /0 (level 1)
+        data.statistics()
+        taken = [take_when_due(data), take_when_due(data)]
+        for page in taken:
+            assert page is not None
+            answer = DownloadResult(status=200, content_type="text/html")
+            data.store_download(page.id, answer, f"hash-{page.id}")  # no duplicates
+        root, first = (data.take_for_parsing(), data.take_for_parsing())
+        assert root is not None and first is not None and root[0].level == 0
+        link = [FoundLink("http://h0.test/u", "http://h0.test/u")]
+        read_ahead = data._url_rows_ahead
+
+        def then_another_parse(page_id: Any, urls: Any) -> Any:
+            ahead = read_ahead(page_id, urls)
+            if page_id == root[0].id:
+                data.store_parse(first[0].id, link, [])  # /u at level 2, remembered
+            return ahead
+
+        monkeypatch.setattr(data, "_url_rows_ahead", then_another_parse)
+        data.store_parse(root[0].id, link, [])
+        levels = [page.level for page in data.iter_pages("h0.test") if page.url.endswith("/u")]
+        assert levels == [1]  # one page, moved up to the root's links' level

@@ -1188,12 +1188,20 @@ class SQLDataManager(DataManager):
             if ahead is None:
                 rows = self._url_rows(cur, asked)
             else:
-                # What memory knows now wins (this process's pages since the read);
-                # a URL the read did not ask for (forgotten since) is read now.
+                # What memory knows now wins (this process's pages since the read). A
+                # URL the read did not ask for (forgotten since) is read now, and so is
+                # one it did not find that memory knows now: a parse inserted it since,
+                # deeper than these links (inserted again, it broke the unique URL).
                 read, found = ahead
                 wanted = set(asked)
                 rows = [row for row in found if row[0] in wanted]
-                missing = [url for url in asked if url not in read]
+                seen = {row[0] for row in rows}
+                remembered = self._url_pages
+                missing = [
+                    url
+                    for url in asked
+                    if url not in read or (url not in seen and url in remembered)
+                ]
                 if missing:
                     rows += self._url_rows(cur, missing)
             also_waiting = self._waiting_in_memory(cur, host, rows, level)
