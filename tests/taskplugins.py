@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import ClassVar
 
 from plugins.webgraph import WebGraphManager
@@ -82,3 +83,22 @@ class CpuRecordingDownloader(DownloadingThread):
 class CpuRecordingParser(ParsingThread):
     def process_page(self, page, body, parsed):
         CpuRecorder.record("parse", page.url)
+
+
+class PausingUnloader(ResultUnloader):
+    """Says it has begun (``paused`` in the output folder), waits for a ``go`` file there
+    (so a test can cut the storage under the output), then reads every page of every
+    site and writes how many it read (``pages-read.txt``)."""
+
+    output_names = ("paused", "pages-read.txt")
+
+    def unload(self):
+        (self.output_dir / "paused").touch()
+        deadline = time.monotonic() + 120
+        while not (self.output_dir / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        read = sum(1 for host in self.data.hosts() for _page in self.data.iter_pages(host.host))
+        path = self.output_dir / "pages-read.txt"
+        with atomic_write(path) as handle:
+            handle.write(f"{read}\n")
+        return [path]

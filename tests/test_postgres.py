@@ -485,6 +485,85 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
         PostgresDataManager.drop(postgresql, schema)
 
 
+@contextlib.contextmanager
+def two_workers(postgresql: str, name: str, download_slots: int) -> Iterator[
+    tuple[PostgresDataManager, PostgresDataManager, psycopg.Connection[Any]]
+]:  # fmt: skip
+    """Two workers of a new crawl (the second not opened yet) and a connection to its
+    schema; all closed, and the schema dropped, after the block."""
+    schema = schema_for(f"{name}-{uuid.uuid4().hex}")
+    first = PostgresDataManager(postgresql, schema, download_slots=download_slots)
+    first.open()
+    second = PostgresDataManager(postgresql, schema, download_slots=download_slots)
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        yield first, second, conn
+    finally:
+        conn.close()
+        second.close()
+        first.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
+def test_a_worker_that_finds_no_host_to_lease_is_handed_one_at_once(postgresql):
+    """A worker whose look for a host finds none tells the others (a NOTIFY): the one
+    holding more than its share hands a host over then, not at its own next look, up
+    to reap_interval later (an idle worker had waited 0.21 and 0.26 s for two hosts).
+    The host given back is told of too, and leased at once by the idle worker."""
+    with two_workers(postgresql, "hint", download_slots=4) as (first, second, conn):
+        hosts = add_ready_hosts(first, 2, links=6, crawl_delay=0.0, limit=4)
+        first.statistics()  # its first look: alone, every host is its share
+        first.reap_interval = 3600.0  # from now on it looks again only when told
+        taken = [page for page in iter(lambda: take_when_due(first), None)]
+        assert hosts_of(conn, first.owner) == set(hosts)
+        second.open()
+        second.statistics()  # its first look: two workers, a share of one host each
+        assert second.take_robots() is None  # none left to fetch
+        assert take_when_due(second) is None  # every host is held: it tells the others
+        assert wait_until(
+            lambda: any(held.draining for held in first._held.values()), timeout=30, interval=0.01
+        ), "the first worker was not told, or did not hand a host over"
+        # The idle worker now looks for a host only when told (or in an hour).
+        with second._lock:
+            second._lease_look, second._next_try = 3600.0, time.monotonic() + 3600
+        for page in taken:
+            first.store_download(page.id, DownloadResult(status=404), "")
+        again = [page for page in iter(lambda: take_when_due(first), None)]
+        (kept,) = hosts_of(conn, first.owner)
+        assert {page.host for page in again} == {kept}
+        leased: list[PageData] = []
+        assert wait_until(
+            lambda: leased.append(second.take_for_download()) or leased[-1] is not None,  # type: ignore[func-returns-value]
+            timeout=30, interval=0.01,
+        ), "the host given back was not told of"  # fmt: skip
+        assert hosts_of(conn, second.owner) == set(hosts) - {kept} == {leased[-1].host}
+
+
+def test_a_worker_whose_threads_serve_its_hosts_at_their_limits_keeps_them(postgresql):
+    """Handing a host over pauses it (its pages in progress first, then the new holder's
+    lease): worth it only when this worker's threads cannot serve its hosts at their
+    limits. At the end of a crawl, a worker holding 2 of the last 3 hosts at their
+    limits handed one over to a worker whose hosts were done, and it ended last."""
+    with two_workers(postgresql, "keep", download_slots=4) as (first, second, conn):
+        hosts = add_ready_hosts(first, 2, links=6, crawl_delay=0.0, limit=2)
+        first.reap_interval = 0.0  # it looks at the others at each statistics()
+        first.statistics()
+        taken = [page for page in iter(lambda: take_when_due(first), None)]
+        assert hosts_of(conn, first.owner) == set(hosts) and len(taken) == 4
+        second.open()
+        second.statistics()  # two workers: a share of one host each, 4 idle threads here
+        assert second.take_robots() is None
+        assert take_when_due(second) is None
+        first.statistics()  # above its share, but its 4 threads serve both hosts at 2
+        assert not any(held.draining for held in first._held.values())
+        for page in taken:
+            first.store_download(page.id, DownloadResult(status=404), "")
+        again = [page for page in iter(lambda: take_when_due(first), None)]
+        assert {page.host for page in again} == set(hosts) == hosts_of(conn, first.owner)
+
+
 def test_a_worker_far_over_its_share_hands_the_surplus_over_at_once(postgresql):
     """The first worker up may hold every host before the others join (a few hundred
     polite ones, leased in batches). It hands over what the others lack all at once,

@@ -36,6 +36,7 @@ from test_postgres import (
 )
 from webserver import Resource, SiteServer
 
+from plugins.webgraph import WebGraphManager
 from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.manager import load_settings
 
@@ -322,3 +323,44 @@ def test_after_a_restart_a_live_worker_keeps_its_work_and_a_dead_one_is_reaped()
             for data in workers:
                 data.close()
             PostgresDataManager.drop(cluster.url, schema)
+
+
+def test_a_connection_dropped_while_the_output_is_written_is_waited_out(
+    serve, postgresql, tmp_path
+):
+    """The worker writing the output loses its connection in the middle of it: it waits
+    for the storage as the crawl does, and every file is written, whole."""
+    server = serve(slow_sites(2, 40, 0.0))
+    total = sum(len(site) for site in server.sites.values())
+    with forwarding(host_port(postgresql)) as link:
+        storage = link_storage(link, postgresql)
+        runner = CrawlRunner(tmp_path / "pg", storage=storage)
+        defaults = [f"{cls.__module__}.{cls.__name__}" for cls in WebGraphManager.unloader_classes]
+        unloaders = ["taskplugins.PausingUnloader", *defaults]
+        path = runner.settings_file(
+            sorted(server.sites), server.resolve, threads=THREADS, storage_wait_s=60,
+            unloaders=unloaders,
+        )  # fmt: skip
+        output = load_settings(path)[1].output_dir
+        (worker,) = start_workers(path, 1)
+        watch = LogWatch(worker)
+        try:
+            assert wait_until(lambda: (output / "paused").exists() or worker.poll() is not None,
+                              timeout=60, interval=0.02)  # fmt: skip
+            assert worker.poll() is None, "".join(watch.lines)[-3000:]
+            link.refusing.set()
+            assert link.drop_all() >= 1
+            (output / "go").touch()
+            assert watch.wait_for(LOST), "".join(watch.lines)[-3000:]
+            link.refusing.clear()
+            code, log = watch.finish()
+            assert code == 0, log[-3000:]
+            # Each connection found lost is reported as it is found: the write connection,
+            # idle while the pages were read, may be found lost later.
+            assert watch.count(BACK) == watch.count(LOST) >= 1, log[-3000:]
+            assert (output / "pages-read.txt").read_text() == f"{total}\n"
+            assert_same_graph_as_undisturbed(path, server, tmp_path)
+            runner.discard()
+        finally:
+            if worker.poll() is None:
+                worker.kill()

@@ -17,6 +17,8 @@ import functools
 import hashlib
 import logging
 import re
+import select
+import socket
 import threading
 import time
 from collections import Counter, deque
@@ -801,6 +803,11 @@ class PostgresDataManager(CoordinatedDataManager):
         ``_lock`` (never before it)."""
         self._writes = WriteBehind(self.unsent_limit)
         self._writer: threading.Thread | None = None
+        self._listener: threading.Thread | None = None
+        """Hears the other workers' hints (see _listen)."""
+        self._closing = threading.Event()
+        self._wake_listener: tuple[socket.socket, socket.socket] | None = None
+        """Written to by close(): the listener, waiting on its connection, ends at once."""
 
     # -- lifecycle -------------------------------------------------------
     def open(self) -> None:
@@ -856,6 +863,12 @@ class PostgresDataManager(CoordinatedDataManager):
                 target=self._write_behind, name="rccrawler-writer", daemon=True
             )
             self._writer.start()
+            self._wake_listener = socket.socketpair()
+            self._listener = threading.Thread(
+                target=self._listen, args=(self._wake_listener[0],), name="rccrawler-hints",
+                daemon=True,
+            )  # fmt: skip
+            self._listener.start()
 
     def _configure_writer(self, conn: psycopg.Connection[Row]) -> None:
         """The write connection holds this worker's liveness lock for its life."""
@@ -1001,6 +1014,7 @@ class PostgresDataManager(CoordinatedDataManager):
         return f"{create} PARTITION BY HASH ({table.partition_by});\n{parts}{rest}"
 
     def close(self) -> None:
+        self._stop_listening()  # before the lock: a hint being acted on may need it
         with self._lock:
             if self._conn is None:
                 return
@@ -1022,6 +1036,49 @@ class PostgresDataManager(CoordinatedDataManager):
 
     def describe(self) -> str:
         return f"schema {self.schema} of {self.url}"
+
+    # -- the other workers' hints (CoordinatedDataManager._hint) ---------------------
+    def _listen(self, wake: socket.socket) -> None:
+        """Hear the hints on the crawl's channel, on a connection that does nothing else,
+        until close(). A lost one is made again with backoff, quietly: the hints only
+        speed up what every worker's own looks do anyway."""
+        pause = RECONNECT_BACKOFF_S[0]
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=RECONNECT_TIMEOUT_S, **TCP_OPTIONS
+                ) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.schema)))
+                    pause = RECONNECT_BACKOFF_S[0]
+                    self._hear(conn, wake)
+            except (psycopg.Error, OSError, ValueError) as exc:  # ValueError: wake closed
+                logger.debug("hints not heard for now (%s)", str(exc).partition("\n")[0])
+                self._closing.wait(pause)
+                pause = min(RECONNECT_BACKOFF_S[1], 2 * pause)
+
+    def _hear(self, conn: psycopg.Connection[Row], wake: socket.socket) -> None:
+        """Pass each hint to _on_hint as it comes, until close() wakes this thread
+        (``wake`` readable)."""
+        pgconn = conn.pgconn
+        while not self._closing.is_set():
+            ready, _writable, _broken = select.select([pgconn.socket, wake.fileno()], [], [])
+            if wake.fileno() in ready:
+                return
+            pgconn.consume_input()  # OperationalError once the connection is gone
+            while (note := pgconn.notifies()) is not None:
+                self._on_hint(note.extra.decode())
+
+    def _stop_listening(self) -> None:
+        self._closing.set()
+        if self._wake_listener is None:
+            return
+        self._wake_listener[1].send(b".")
+        if self._listener is not None:
+            self._listener.join(timeout=RECONNECT_TIMEOUT_S + 1)
+            self._listener = None
+        for end in self._wake_listener:
+            end.close()
+        self._wake_listener = None
 
     @retry_conflicts
     def request_stop(self) -> None:
