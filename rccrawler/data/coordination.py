@@ -424,6 +424,13 @@ class CoordinatedDataManager(SQLDataManager):
             self._robots_in_flight += 1
             return host_from_row(row)
 
+    def _robots_stored(self) -> None:
+        super()._robots_stored()
+        # Its host may be leased now: the next take looks for one at once (hosts whose
+        # robots.txt came in together were leased one a look, 20 ms apart), and a look
+        # in vain tells the others again.
+        self._wants_hosts, self._lease_look, self._next_try = False, LEASE_LOOK_S[0], 0.0
+
     def _due_in(self) -> float:
         # The soonest held host due (a crawl delay of 5 ms waited out the look for a host
         # to lease instead, up to 0.05 s: the PostgreSQL docs took 54 s instead of 6),
@@ -603,8 +610,11 @@ class CoordinatedDataManager(SQLDataManager):
             rows = cur.fetchall()
             if not rows:
                 if not self._robots_pending:
-                    if not self._wants_hosts and self._spare_published > 0:
-                        self._hint(cur, HINT_SPARE)  # the first look in vain, not each
+                    if not self._wants_hosts and self._spare_threads() > 0:
+                        # The first look in vain, not each; the others read its idle
+                        # threads as they share their hosts out.
+                        self._publish_spare(cur)
+                        self._hint(cur, HINT_SPARE)
                     self._wants_hosts = True
                     # Every host is known and held: look again less often, up to 0.1 s
                     # (a transaction each time), until one is leased again.
@@ -799,6 +809,11 @@ class CoordinatedDataManager(SQLDataManager):
             held.taken.discard(page_id)
             held.levels[level] -= 1
             held.busy -= 1
+            if held.dry or held.draining or held.busy <= 0:
+                # Its barrier may let a page go now, or the host go back (a take does
+                # both): idle threads had looked only at their next timeout, up to
+                # 0.05 s on, and the last host of a crawl went back 47 ms after its page.
+                self._wake_downloaders += 1
             held.dry = False
         if new is PageState.WAITING:
             held.exhausted = False  # a retry or a redirect: back in the table's queue
@@ -1023,14 +1038,19 @@ class CoordinatedDataManager(SQLDataManager):
         """This worker's downloading threads its hosts leave idle (lock held)."""
         return max(0, self.download_slots - self._threads_wanted_here())
 
-    def _publish_spare(self) -> None:
+    def _publish_spare(self, cur: Cursor | None = None) -> None:
         """Tell the other workers how many of this worker's downloading threads its hosts
-        leave idle, when that changed (lock held)."""
+        leave idle, when that changed (lock held): with ``cur``'s transaction, or in one
+        of its own."""
         spare = self._spare_threads()
-        if spare != self._spare_published:
-            with self._transaction() as cur:
-                self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(spare))
-            self._spare_published = spare
+        if spare == self._spare_published:
+            return
+        if cur is None:
+            with self._transaction() as own:
+                self._set_meta(own, worker_key(SPARE_KEY, self.owner), str(spare))
+        else:
+            self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(spare))
+        self._spare_published = spare
 
     # -- hints: what another worker would see at its next look, told at once -------------
     def _hint(self, cur: Cursor, kind: str) -> None:
