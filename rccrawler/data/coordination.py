@@ -917,12 +917,13 @@ class CoordinatedDataManager(SQLDataManager):
             "extract(epoch FROM clock_timestamp()) + crawl_delay) WHERE owner = %s",
             (owner,),
         )
-        if cur.rowcount:
+        given = cur.rowcount
+        if given:
             self._hint(cur, HINT_FREE)
-        if cur.rowcount and owner != self.owner:
+        if given and owner != self.owner:
             # Its pages in progress were waiting in the table all along (see table_state).
             logger.warning("%d hosts of a worker that stopped were given back: its pages "
-                           "in progress are queued again", cur.rowcount)  # fmt: skip
+                           "in progress are queued again", given)  # fmt: skip
         # Pages an older version marked running, counted in the statement.
         cur.execute(
             "WITH old AS (SELECT id, host, state FROM pages WHERE owner = %s "
@@ -1048,9 +1049,10 @@ class CoordinatedDataManager(SQLDataManager):
         if cur is None:
             with self._transaction() as own:
                 self._set_meta(own, worker_key(SPARE_KEY, self.owner), str(spare))
+            self._spare_published = spare
         else:
             self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(spare))
-        self._spare_published = spare
+            self._after_commit(partial(setattr, self, "_spare_published", spare))
 
     # -- hints: what another worker would see at its next look, told at once -------------
     def _hint(self, cur: Cursor, kind: str) -> None:
