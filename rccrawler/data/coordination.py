@@ -51,6 +51,7 @@ from rccrawler.data.sql import (
     host_from_row,
     page_from_row,
     retry_conflicts,
+    worker_key,
 )
 from rccrawler.exceptions import StateError
 from rccrawler.policy import breadth_first_allows
@@ -79,11 +80,6 @@ was taken on, and its ``storage_wait_s`` (see ``_reap_dead``)."""
 WRITTEN_KEY = "written"
 """The ``meta`` key (``written:<owner>``) of the last of a worker's transactions sent
 behind its calls (see ``postgres.WriteBehind``)."""
-
-
-def worker_key(kind: str, owner: str) -> str:
-    """The ``meta`` key of one of a worker's own values (``SPARE_KEY``, ...)."""
-    return f"{kind}:{owner}"
 
 
 RESTART_GRACE_S = 3.0

@@ -36,7 +36,6 @@ from rccrawler.data.coordination import (
     WRITTEN_KEY,
     CoordinatedDataManager,
     table_state,
-    worker_key,
 )
 from rccrawler.data.sql import (
     HOST_COLUMNS,
@@ -50,6 +49,7 @@ from rccrawler.data.sql import (
     host_from_row,
     retry_conflicts,
     state_error,
+    worker_key,
 )
 from rccrawler.data.stats import StateCounts, snapshot
 from rccrawler.exceptions import StateError

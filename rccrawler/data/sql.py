@@ -382,6 +382,12 @@ class AlreadyStored(Exception):
     is done."""
 
 
+def worker_key(kind: str, owner: str) -> str:
+    """The ``meta`` key of one of a worker's own values (a process's downloading
+    threads, a worker's idle ones...); ``worker_key(kind, "%")`` matches them all."""
+    return f"{kind}:{owner}"
+
+
 SET_META = "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 """Write one of the crawl's shared values (the ``meta`` table), new or not."""
 
@@ -1331,7 +1337,7 @@ class SQLDataManager(DataManager):
         """(busy, total) DownloadingThreads as every process of the crawl last noted them."""
         cur.execute(
             self._sql("SELECT value FROM meta WHERE key = ? OR key LIKE ?"),
-            (self.THREADS_KEY, self.THREADS_KEY + ":%"),
+            (self.THREADS_KEY, worker_key(self.THREADS_KEY, "%")),
         )
         busy = total = 0
         for (value,) in cur.fetchall():
