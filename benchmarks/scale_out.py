@@ -60,10 +60,11 @@ def workers_cpu() -> float:
 
 
 def crawl(
-    folder: Path, hosts: list[str], resolve: dict[str, str], workers: int
+    folder: Path, hosts: list[str], resolve: dict[str, str], workers: int, *, logs: bool = False
 ) -> tuple[float, float]:
     """Run ``workers`` worker processes on one new crawl: (when they started, when the
-    last one ended), in time.monotonic()."""
+    last one ended), in time.monotonic(). With ``logs``, each writes its ``-v`` log to
+    ``folder / f"worker{n}.log"``."""
     folder.mkdir(parents=True)
     settings = {
         "sites": hosts, "storage": PG_URL, "name": f"scale-{uuid.uuid4().hex}",
@@ -76,12 +77,15 @@ def crawl(
     config.write_text(yaml.safe_dump(settings))
     started = time.monotonic()
     try:
+        command = [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui"]
+        quiet = [[*command, "-q"] for _ in range(workers)]
+        logged = [[*command, "-v", "--log-file", str(folder / f"worker{n}.log")]
+                  for n in range(workers)]  # fmt: skip
         procs = [
             subprocess.Popen(
-                [sys.executable, "-m", "rccrawler", "--config", str(config), "--no-tui", "-q"],
-                stdout=subprocess.DEVNULL,
+                args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL if logs else None
             )
-            for _ in range(workers)
+            for args in (logged if logs else quiet)
         ]
         for proc in procs:
             if proc.wait(timeout=600) != 0:
