@@ -1081,8 +1081,11 @@ class CoordinatedDataManager(SQLDataManager):
                 limits = [h.data.max_downloads_at_time for h in self._held.values()]
                 wanted = self._threads_wanted_here() > self.download_slots
             if len(limits) > held + 1 or (wanted and 2 * spare >= min(limits)):
-                with contextlib.suppress(Conflict, StateError):
-                    self._balance()
+                try:
+                    with contextlib.suppress(Conflict, StateError):
+                        self._balance()
+                finally:
+                    self._forget_unseen()  # as retry_conflicts does after a lost call
         elif kind == HINT_FREE:
             with self._lock:
                 self._lease_look, self._next_try = LEASE_LOOK_S[0], 0.0
