@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import threading
-import time
 from typing import ClassVar
 
 from plugins.webgraph import WebGraphManager
@@ -86,17 +87,23 @@ class CpuRecordingParser(ParsingThread):
 
 
 class PausingUnloader(ResultUnloader):
-    """Says it has begun (``paused`` in the output folder), waits for a ``go`` file there
-    (so a test can cut the storage under the output), then reads every page of every
-    site and writes how many it read (``pages-read.txt``)."""
+    """Says it has begun (``paused`` in the output folder), waits (up to 120 s) for a
+    connection to its Unix socket ``go.sock`` there, so a test can cut the storage under
+    the output, then reads every page of every site and writes how many it read
+    (``pages-read.txt``)."""
 
     output_names = ("paused", "pages-read.txt")
 
     def unload(self):
-        (self.output_dir / "paused").touch()
-        deadline = time.monotonic() + 120
-        while not (self.output_dir / "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        go = self.output_dir / "go.sock"
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(str(go))
+            listener.listen(1)
+            listener.settimeout(120)
+            (self.output_dir / "paused").touch()
+            with contextlib.suppress(TimeoutError):
+                listener.accept()[0].close()
+        go.unlink()
         read = sum(1 for host in self.data.hosts() for _page in self.data.iter_pages(host.host))
         path = self.output_dir / "pages-read.txt"
         with atomic_write(path) as handle:

@@ -10,6 +10,7 @@ from the crawl's tables, never from timings.
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import threading
 import uuid
@@ -350,7 +351,8 @@ def test_a_connection_dropped_while_the_output_is_written_is_waited_out(
             assert worker.poll() is None, "".join(watch.lines)[-3000:]
             link.refusing.set()
             assert link.drop_all() >= 1
-            (output / "go").touch()
+            with socket.socket(socket.AF_UNIX) as go:
+                go.connect(str(output / "go.sock"))
             assert watch.wait_for(LOST), "".join(watch.lines)[-3000:]
             link.refusing.clear()
             code, log = watch.finish()
