@@ -422,10 +422,9 @@ class CoordinatedDataManager(SQLDataManager):
 
     def _robots_stored(self) -> None:
         super()._robots_stored()
-        # Its host may be leased now: the next take looks for one at once (hosts whose
-        # robots.txt came in together were leased one a look, 20 ms apart), and a look
-        # in vain tells the others again.
-        self._wants_hosts, self._lease_look, self._next_try = False, LEASE_LOOK_S[0], 0.0
+        # Its host may be leased now (hosts whose robots.txt came in together were
+        # leased one a look, 20 ms apart).
+        self._look_for_hosts_now()
 
     def _due_in(self) -> float:
         # The soonest held host due (a crawl delay of 5 ms waited out the look for a host
@@ -560,6 +559,16 @@ class CoordinatedDataManager(SQLDataManager):
         """The downloading threads this worker's hosts will keep busy (lock held)."""
         return sum(map(threads_wanted, self._held.values()))
 
+    def _threads_short(self) -> bool:
+        """Whether this worker's threads cannot serve its hosts at their limits (lock
+        held): only then does handing one over speed anything up."""
+        return self._threads_wanted_here() > self.download_slots
+
+    def _look_for_hosts_now(self) -> None:
+        """The next take looks for a host to lease at once, and a look in vain tells the
+        others again (lock held): what this worker holds, or could lease, changed."""
+        self._wants_hosts, self._lease_look, self._next_try = False, LEASE_LOOK_S[0], 0.0
+
     def _below_share(self) -> bool:
         """Whether this worker holds fewer hosts than its share of those with work (and
         than its threads: one worker of many hosts holds a host per thread at most)."""
@@ -659,8 +668,7 @@ class CoordinatedDataManager(SQLDataManager):
             if held.draining:
                 self._hint(cur, HINT_FREE)  # handed over: the worker that lacks it takes it
         del self._held[held.data.host]
-        # Its threads look for a host at once, and a look in vain tells the others.
-        self._wants_hosts, self._lease_look, self._next_try = False, LEASE_LOOK_S[0], 0.0
+        self._look_for_hosts_now()  # its threads may take another
         self._resting_hosts.discard(held.data.host)  # held again, it is looked at anew
         logger.debug("gave %s back", held.data.host)
         self._hashes_kept -= len(held.hashes or ())
@@ -1009,16 +1017,14 @@ class CoordinatedDataManager(SQLDataManager):
             # one over, which only pauses it (at the end of a crawl, 3 hosts left among
             # 3 workers, one holding 2 at their limits handed one over, and it ended last).
             # Polite hosts want a thread only while in flight: that count cannot tell.
-            starved = self._threads_wanted_here() > self.download_slots or any(
-                held.data.crawl_delay > 0 for held in candidates
-            )
+            starved = self._threads_short() or any(held.data.crawl_delay > 0 for held in candidates)
             if mine > self._share and lacking and starved:
                 # As many as the others lack at once: the first worker up may hold a
                 # few hundred polite hosts before the others join.
                 given = candidates[: min(mine - self._share, lacking)]
                 why = "fewer hosts than its share"
             elif (
-                self._threads_wanted_here() > self.download_slots
+                self._threads_short()
                 and 2 * max(idle for _n, idle in others.values())
                 >= candidates[0].data.max_downloads_at_time
             ):
@@ -1042,12 +1048,8 @@ class CoordinatedDataManager(SQLDataManager):
         spare = self._spare_threads()
         if spare == self._spare_published:
             return
-        if cur is None:
-            with self._transaction() as own:
-                self._set_meta(own, worker_key(SPARE_KEY, self.owner), str(spare))
-            self._spare_published = spare
-        else:
-            self._set_meta(cur, worker_key(SPARE_KEY, self.owner), str(spare))
+        with self._transaction() if cur is None else contextlib.nullcontext(cur) as writing:
+            self._set_meta(writing, worker_key(SPARE_KEY, self.owner), str(spare))
             self._after_commit(partial(setattr, self, "_spare_published", spare))
 
     # -- hints: what another worker would see at its next look, told at once -------------
@@ -1079,8 +1081,8 @@ class CoordinatedDataManager(SQLDataManager):
             # workers hinted 226 times, and each hint cost the others a look).
             with self._lock:
                 limits = [h.data.max_downloads_at_time for h in self._held.values()]
-                wanted = self._threads_wanted_here() > self.download_slots
-            if len(limits) > held + 1 or (wanted and 2 * spare >= min(limits)):
+                short = self._threads_short()
+            if len(limits) > held + 1 or (short and 2 * spare >= min(limits)):
                 try:
                     with contextlib.suppress(Conflict, StateError):
                         self._balance()
