@@ -441,19 +441,34 @@ def hosts_of(conn: psycopg.Connection[Any], owner: str) -> set[str]:
     return {host for (host,) in rows}
 
 
+@contextlib.contextmanager
+def two_workers(postgresql: str, name: str, download_slots: int) -> Iterator[
+    tuple[PostgresDataManager, PostgresDataManager, psycopg.Connection[Any]]
+]:  # fmt: skip
+    """Two workers of a new crawl (the second not opened yet) and a connection to its
+    schema; all closed, and the schema dropped, after the block."""
+    schema = schema_for(f"{name}-{uuid.uuid4().hex}")
+    first = PostgresDataManager(postgresql, schema, download_slots=download_slots)
+    first.open()
+    second = PostgresDataManager(postgresql, schema, download_slots=download_slots)
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        conn.execute(f"SET search_path TO {schema}")
+        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+        yield first, second, conn
+    finally:
+        conn.close()
+        second.close()
+        first.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
 def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
     """The first worker up leases every host its threads will take; a worker joining
     later would idle to the end. So the one holding more hosts than its threads can
     serve hands one over: no new page of it goes out, and once its pages in progress
     are stored, the host is the newcomer's."""
-    schema = schema_for(f"balance-{uuid.uuid4().hex}")
-    first = PostgresDataManager(postgresql, schema, download_slots=8)
-    first.open()
-    second = PostgresDataManager(postgresql, schema, download_slots=8)
-    conn = psycopg.connect(postgresql, autocommit=True)
-    try:
-        conn.execute(f"SET search_path TO {schema}")
-        first.check_identity("plugins.webgraph.manager.WebGraphManager")
+    with two_workers(postgresql, "balance", download_slots=8) as (first, second, conn):
         hosts = add_ready_hosts(first, 3, links=10, crawl_delay=0.0, limit=4)
         # Alone, the first worker takes all three hosts (3 x 4 requests for 8 threads).
         taken = [page for page in iter(lambda: take_when_due(first), None)]
@@ -478,33 +493,6 @@ def test_a_worker_hands_a_host_over_to_one_that_has_fewer(postgresql):
         assert states == {"error": 12, "waiting": 3 * 11 - 12}
         in_flight = {p.id for p in again} | {page.id}
         assert len(in_flight) == len(again) + 1
-    finally:
-        conn.close()
-        second.close()
-        first.close()
-        PostgresDataManager.drop(postgresql, schema)
-
-
-@contextlib.contextmanager
-def two_workers(postgresql: str, name: str, download_slots: int) -> Iterator[
-    tuple[PostgresDataManager, PostgresDataManager, psycopg.Connection[Any]]
-]:  # fmt: skip
-    """Two workers of a new crawl (the second not opened yet) and a connection to its
-    schema; all closed, and the schema dropped, after the block."""
-    schema = schema_for(f"{name}-{uuid.uuid4().hex}")
-    first = PostgresDataManager(postgresql, schema, download_slots=download_slots)
-    first.open()
-    second = PostgresDataManager(postgresql, schema, download_slots=download_slots)
-    conn = psycopg.connect(postgresql, autocommit=True)
-    try:
-        conn.execute(f"SET search_path TO {schema}")
-        first.check_identity("plugins.webgraph.manager.WebGraphManager")
-        yield first, second, conn
-    finally:
-        conn.close()
-        second.close()
-        first.close()
-        PostgresDataManager.drop(postgresql, schema)
 
 
 def test_a_worker_that_finds_no_host_to_lease_is_handed_one_at_once(postgresql):
