@@ -561,3 +561,31 @@ def test_the_stop_reasons_written_do_not_lengthen_the_finisher_s_tick(serve, cra
     assert ticks, "the finisher never waited a tick"
     # A snapshot of 4 sites takes milliseconds; the writes took 0.3 s a site.
     assert max(ticks) < 1.0, ticks
+
+
+def test_the_pool_is_adjusted_while_the_finisher_waits_out_its_tick(crawler, serve, monkeypatch):
+    """The finisher's tick is ten times what its statistics snapshot took: on
+    PostgreSQL, 300 polite hosts made it 0.6 s. The pool was adjusted once a tick, so it
+    doubled once a tick: it took 3 s to reach 256 threads, and the hosts' robots.txt
+    and first pages came up to 2 s late. It is adjusted at its own pace now, all
+    through the tick. The manager's clock is injected: 0.01 s a look."""
+    import types
+
+    from rccrawler import manager as manager_module
+    from rccrawler.manager import load_settings
+
+    server = serve({"a.test": {"/": html(text="a")}})
+    manager_cls, settings = load_settings(crawler.settings_file(["a.test"], server.resolve))
+    manager = manager_cls(settings)
+    adjusted: list[int] = []
+    monkeypatch.setattr(manager, "adjust_pool", lambda: adjusted.append(1))
+    manager.open()
+    try:
+        steps = itertools.count()
+        with monkeypatch.context() as clock:
+            clock.setattr(manager_module, "time", types.SimpleNamespace(
+                monotonic=lambda: 1000.0 + 0.01 * next(steps)))  # fmt: skip
+            manager._wait_tick(0.1)  # ten looks on the injected clock
+    finally:
+        manager.close()
+    assert len(adjusted) >= 5, adjusted

@@ -28,7 +28,7 @@ from support.sites import generated_site
 from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
-from rccrawler.data.coordination import LEASE_BATCH
+from rccrawler.data.coordination import LEASE_BATCH, ROBOTS_BATCH
 from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
@@ -768,3 +768,37 @@ def test_a_link_inserted_after_the_read_ahead_is_not_inserted_again(postgresql, 
         data.store_parse(root[0].id, link, [])
         levels = [page.level for page in data.iter_pages("h0.test") if page.url.endswith("/u")]
         assert levels == [1]  # one page, moved up to the root's links' level
+
+
+def test_robots_txt_fetches_are_taken_in_batches_and_those_never_started_go_back(postgresql):
+    """One statement a robots.txt fetch, each under the DataManager's lock, had sent the
+    robots.txt of 300 polite hosts over 0.9 s, and every host's first page waited for
+    them. A worker takes up to ROBOTS_BATCH at once and hands them to its threads from
+    memory; those it took and never started go back when it leaves, for another."""
+    with two_workers(postgresql, "robots", download_slots=8) as (first, second, conn):
+        hosts = [f"r{n}.test" for n in range(ROBOTS_BATCH + 4)]
+        for host in hosts:
+            first.add_site(
+                HostData(host=host, crawl_delay=0.0), f"http://{host}/", f"http://{host}/"
+            )
+        started = first.take_robots()
+        assert started is not None
+
+        def taken_by(owner: str) -> set[str]:
+            rows = conn.execute(
+                "SELECT host FROM hosts WHERE robots_state = 'fetching' AND robots_owner = %s",
+                (owner,),
+            ).fetchall()
+            return {host for (host,) in rows}
+
+        batch = taken_by(first.owner)
+        assert len(batch) == ROBOTS_BATCH and started.host in batch  # one statement
+        second.open()
+        rest = list(iter(second.take_robots, None))
+        assert {host.host for host in rest} == set(hosts) - batch  # none fetched twice
+        first.store_robots(started.host, 404, "", None, blocked=False)
+        first.close()  # leaves: the fetches it took and never started go back
+        assert taken_by(first.owner) == set()
+        second.statistics()  # its look at the hosts: robots.txt files to fetch again
+        again = list(iter(second.take_robots, None))
+        assert {host.host for host in again} == batch - {started.host}
