@@ -191,8 +191,17 @@ def test_sites_added_together_are_queued_as_one_by_one(open_data: OpenData) -> N
         True, True, True,
     ]  # fmt: skip
     assert data.add_sites([start("a.test", delay=2.0), start("c.test")]) == [False, True]
+    # A start URL given twice, of a new host and of a known one, is one start page.
+    assert data.add_sites([start("d.test"), start("d.test"), start("b.test", "/x/"),
+                           start("b.test", "/x/")]) == [True, False, True, False]  # fmt: skip
     hosts = {host.host: host for host in data.hosts()}
-    assert sorted(hosts) == ["a.test", "b.test", "c.test"]
+    assert sorted(hosts) == ["a.test", "b.test", "c.test", "d.test"]
     assert hosts["a.test"].crawl_delay == 2.0 and hosts["b.test"].crawl_delay == 0.0
     starts = {page.url: page.level for page in data.iter_pages("a.test")}
     assert starts == {"http://a.test/": 0, "http://a.test/docs/": 0}
+    assert {page.url for page in data.iter_pages("b.test")} == {
+        "http://b.test/",
+        "http://b.test/x/",
+    }
+    assert [page.url for page in data.iter_pages("d.test")] == ["http://d.test/"]
+    assert sum(host.waiting for host in data.statistics().hosts) == 6  # a, a/docs, b, b/x, c, d

@@ -1348,13 +1348,19 @@ class PostgresDataManager(CoordinatedDataManager):
         return sorted(int(r[0]) for r in cur.fetchall())
 
     def _find_host(self, cur: Cursor, host: str) -> HostData | None:
-        cur.execute(f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = %s FOR UPDATE", (host,))
-        row = cur.fetchone()
-        return host_from_row(row) if row is not None else None
+        return self._find_hosts(cur, [host]).get(host)
 
-    def _insert_host(self, cur: Cursor, host: HostData) -> None:
-        super()._insert_host(cur, host)
-        self._robots_pending = 1
+    def _find_hosts(self, cur: Cursor, hosts: Sequence[str]) -> dict[str, HostData]:
+        cur.execute(
+            f"SELECT {HOST_COLUMNS} FROM hosts WHERE host = ANY(%s) ORDER BY host FOR UPDATE",
+            (list(hosts),),
+        )
+        return {data.host: data for data in map(host_from_row, cur.fetchall())}
+
+    def _insert_hosts(self, cur: Cursor, hosts: Sequence[HostData]) -> None:
+        super()._insert_hosts(cur, hosts)
+        if hosts:
+            self._robots_pending = 1
 
     def _url_rows_ahead(self, page_id: PageId, urls: Sequence[str]) -> UrlRowsAhead:
         parsing = self._parsing.get(page_id)  # a hint without the lock

@@ -435,10 +435,11 @@ class SQLiteDataManager(SQLDataManager):
     def _find_host(self, cur: Cursor, host: str) -> HostData | None:
         return self._hosts.get(host)
 
-    def _insert_host(self, cur: Cursor, host: HostData) -> None:
-        super()._insert_host(cur, host)
-        self._hosts[host.host] = host
-        self._queue_host(host)
+    def _insert_hosts(self, cur: Cursor, hosts: Sequence[HostData]) -> None:
+        super()._insert_hosts(cur, hosts)
+        for host in hosts:
+            self._hosts[host.host] = host
+            self._queue_host(host)
 
     def _save_politeness(self, cur: Cursor, host: HostData) -> None:
         live = self._hosts[host.host]
@@ -472,11 +473,14 @@ class SQLiteDataManager(SQLDataManager):
         counters.bytes += size
 
     def _insert_pages(
-        self, cur: Cursor, host: str, rows: Sequence[tuple[str, str, str, int | None, int, str]]
+        self, cur: Cursor, rows: Sequence[tuple[str, str, str, int | None, int, str]]
     ) -> list[int]:
-        ids = super()._insert_pages(cur, host, rows)
-        if ids:
-            self._queued(host, min(row[4] for row in rows), ids[0])
+        ids = super()._insert_pages(cur, rows)
+        first: dict[str, tuple[int, int]] = {}  # each host's (level, id) that sorts first
+        for row, page_id in zip(rows, ids, strict=True):
+            first[row[0]] = min(first.get(row[0], (row[4], page_id)), (row[4], page_id))
+        for host, (level, page_id) in first.items():
+            self._queued(host, level, page_id)
         return ids
 
     def _waiting_in_memory(
