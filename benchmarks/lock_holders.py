@@ -11,8 +11,9 @@ its state in ``--storage`` ("sqlite" for SQLite), with the lock of ``rccrawler.d
 replaced by one that times each hold and each wait by where it was taken (the three
 innermost rccrawler frames). Printed: the lock's holders, most held first (holds, time
 held, time waited, held a hold), the crawl's start-up, crawl phase and end from the test
-server's log, and how far apart two requests to one host came (median and 90th
-percentile; at least ``--delay`` when polite).
+server's log, how far apart two requests to one host came (median and 90th percentile;
+at least ``--delay`` when polite), and how late hosts started: a host's first page
+after its robots.txt (``--delay`` at best) and its span from first to last request.
 
 The timing lock costs about a microsecond a hold: compare trees with it, not with the
 other benchmarks' figures. To compare two trees, run it with ``PYTHONPATH=OTHER`` in
@@ -153,19 +154,31 @@ def main() -> int:
                 discard_storage(load_settings(config)[1])
         holds = json.loads(report.read_text())
         arrivals: dict[str, list[float]] = defaultdict(list)
+        robots: dict[str, float] = {}
         for hit in server.hits:
             arrivals[hit.host].append(hit.at)
+            if hit.path == "/robots.txt":
+                robots[hit.host] = min(hit.at, robots.get(hit.host, hit.at))
     first = min(min(times) for times in arrivals.values())
     last = max(max(times) for times in arrivals.values())
     gaps = sorted(
         b - a for times in arrivals.values() for a, b in itertools.pairwise(sorted(times))
     )
+    # A host's first page after its robots.txt (the delay at best), and its span from
+    # the first request to the last ((pages) x delay at best): how late hosts started.
+    first_pages = sorted(sorted(times)[1] - robots[host] for host, times in arrivals.items()
+                         if host in robots and len(times) > 1)  # fmt: skip
+    spans = sorted(max(times) - min(times) for times in arrivals.values())
     print(f"{args.hosts} hosts × {args.pages} pages, latency {args.latency:g} s, delay "
           f"{args.delay:g} s, state in {args.storage}: {ended - started:.1f} s; start-up "
           f"{first - started:.2f} s, crawl phase {last - first + args.latency:.2f} s, end "
           f"{ended - last - args.latency:.2f} s; requests to one host "
           f"{statistics.median(gaps):.3f} s apart (median), "
-          f"{gaps[int(0.9 * (len(gaps) - 1))]:.3f} s (90th percentile)\n")  # fmt: skip
+          f"{gaps[int(0.9 * (len(gaps) - 1))]:.3f} s (90th percentile); a host's first page "
+          f"{statistics.median(first_pages):.2f} s after its robots.txt (median; 90th "
+          f"percentile {first_pages[int(0.9 * (len(first_pages) - 1))]:.2f} s), its span "
+          f"from first to last request {statistics.median(spans):.2f} s (median; longest "
+          f"{spans[-1]:.2f} s)\n")  # fmt: skip
     print(f"the lock held {sum(h[1] for h in holds.values()):.2f} s in all\n")
     print("| taken in (innermost first) | holds | held s | waited s | held a hold, ms |")
     print("|---|--:|--:|--:|--:|")
