@@ -727,10 +727,11 @@ class ApplicationManager:
         a snapshot takes (on PostgreSQL under load, a good part of a second): a SIGTERM
         at 200 requests of a site of 800 pages had stopped the crawl only at 767.
 
-        The pool is adjusted meanwhile, at its own pace: it reads only this process's
-        memory. Once a tick, it had grown by one doubling per snapshot: 300 polite hosts
-        on PostgreSQL (a 0.6 s tick) took 3 s to reach their 256 threads, and their
-        robots.txt and first pages came up to 2 s late."""
+        The pool is adjusted meanwhile, at its own pace (a look every 0.1 s at most, at
+        the demand in this process's memory; a new size is noted for ``status``). Once a
+        tick, it had grown by one doubling per snapshot: 300 polite hosts on PostgreSQL
+        (a 0.6 s tick) took 3 s to reach their 256 threads, and their robots.txt and
+        first pages came up to 2 s late."""
         until = time.monotonic() + seconds
         while not self.context.signalled:
             left = until - time.monotonic()

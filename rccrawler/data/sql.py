@@ -1038,16 +1038,14 @@ class SQLDataManager(DataManager):
         """Settings may change between runs: politeness follows this run's (SPEC §3), a
         lower delay too; auto-throttle starts again from its floor. Whether the known
         host changed."""
-        before = (known.crawl_delay, known.min_crawl_delay, known.max_downloads_at_time,
-                  known.next_fetch_at)  # fmt: skip
+        before = replace(known)
         delay = max(host.crawl_delay, host.min_crawl_delay)
         if delay < known.crawl_delay:
             known.next_fetch_at = min(known.next_fetch_at, now + delay)
         known.crawl_delay = delay
         known.min_crawl_delay = delay
         known.max_downloads_at_time = host.max_downloads_at_time
-        return before != (known.crawl_delay, known.min_crawl_delay,
-                          known.max_downloads_at_time, known.next_fetch_at)  # fmt: skip
+        return known != before
 
     @retry_conflicts
     def add_links(
