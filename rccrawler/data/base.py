@@ -390,6 +390,21 @@ class DataManager(ABC):
     def iter_skipped(self, host: str) -> Iterator[tuple[str, str, str]]:
         """(url, reason, found_on url) of links of a site that never became pages."""
 
+    # Several small sites read at once, each whole (the unloaders share what they read
+    # of small sites: rccrawler.unloaders.site_pages): a storage with round trips reads
+    # them together. These defaults read one site after the other.
+    def pages_of_sites(self, hosts: Sequence[str]) -> dict[str, list[PageData]]:
+        """Every page of each of ``hosts``, by id (what :meth:`iter_pages` yields)."""
+        return {host: list(self.iter_pages(host)) for host in hosts}
+
+    def arcs_of_sites(self, hosts: Sequence[str]) -> dict[str, list[PageArc]]:
+        """The arcs of each of ``hosts`` (what :meth:`iter_arcs` yields)."""
+        return {host: list(self.iter_arcs(host)) for host in hosts}
+
+    def skipped_of_sites(self, hosts: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
+        """The skipped links of each of ``hosts`` (what :meth:`iter_skipped` yields)."""
+        return {host: list(self.iter_skipped(host)) for host in hosts}
+
     # -- a task's own tables (rccrawler.data.tables) -------------------------------
     @abstractmethod
     def task_rows(

@@ -22,7 +22,7 @@ import threading
 import time
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import (
     TYPE_CHECKING,
@@ -229,6 +229,25 @@ GRAPH_ARCS = """
 """The arcs of the graph (``DataManager.iter_arcs``): an arc to a duplicate or to a
 redirect alias points to the page it stands for (two hops: an alias of a duplicate);
 only arcs to nodes (200 HTML, not duplicates) count. Selects ``a.from_id, f.id``."""
+
+SKIPPED_COLUMNS = (
+    "s.url, s.reason, coalesce(p.normalized_url, ''), "
+    "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url), "
+    "s.found_on IS NULL OR p.state = 'done'"
+)
+"""A skipped link ``s`` as ``iter_skipped`` reads it, with the page it was found on,
+``p``: its URL, its reason, that page's URL, whether the URL became a page after all,
+and whether it was found in this run (see :func:`still_skipped`)."""
+
+
+def still_skipped(rows: Iterable[Sequence[Any]]) -> Iterator[tuple[str, str, str]]:
+    """(url, reason, found_on) of the rows of :data:`SKIPPED_COLUMNS` still skipped: not
+    a page after all, and found in this run (a link found on a page that is no node any
+    more, which a refresh removed, was not)."""
+    for url, reason, found_on, known, found_now in rows:
+        if not known and found_now:
+            yield url, reason, found_on
+
 
 T = TypeVar("T")
 
@@ -2009,23 +2028,54 @@ class SQLDataManager(DataManager):
             # The next chunk of the site's skipped links in URL order, an index range of
             # its own size, and then which of them became pages after all: filtering
             # first would read every remaining row of the site for each chunk.
-            # A link found on a page that is no node any more (a refresh removed it) was
-            # not found in this run: left out.
             rows = self._read(
-                "SELECT s.url, s.reason, coalesce(p.normalized_url, ''), "
-                "EXISTS (SELECT 1 FROM urls WHERE urls.normalized_url = s.url), "
-                "s.found_on IS NULL OR p.state = 'done' FROM "
+                f"SELECT {SKIPPED_COLUMNS} FROM "
                 f"(SELECT url, reason, found_on FROM skipped WHERE host = ? AND url{order} > ? "
                 f"ORDER BY url{order} LIMIT {CHUNK}) s "
                 f"LEFT JOIN pages p ON p.id = s.found_on ORDER BY s.url{order}",
                 (host, last),
             )
-            for url, reason, found_on, known, found_now in rows:
-                if not known and found_now:
-                    yield url, reason, found_on
+            yield from still_skipped(rows)
             if len(rows) < CHUNK:
                 return
             last = rows[-1][0]
+
+    # Several small sites at once: one query per kind for up to 500 of them, whole.
+    def pages_of_sites(self, hosts: Sequence[str]) -> dict[str, list[PageData]]:
+        found: dict[str, list[PageData]] = {host: [] for host in hosts}
+        for chunk, marks in in_chunks(hosts):
+            for row in self._read(
+                f"SELECT {PAGE_COLUMNS} FROM pages WHERE host IN ({marks}) ORDER BY host, id",
+                chunk,
+            ):
+                page = page_from_row(row)
+                found[page.host].append(page)
+        return found
+
+    def arcs_of_sites(self, hosts: Sequence[str]) -> dict[str, list[PageArc]]:
+        found: dict[str, list[PageArc]] = {host: [] for host in hosts}
+        for chunk, marks in in_chunks(hosts):
+            for host, source, target in self._read(
+                f"SELECT DISTINCT a.host, a.from_id, f.id {GRAPH_ARCS} "
+                f"AND a.host IN ({marks}) ORDER BY a.host, a.from_id, f.id",
+                chunk,
+            ):
+                found[host].append(PageArc(source, target))
+        return found
+
+    def skipped_of_sites(self, hosts: Sequence[str]) -> dict[str, list[tuple[str, str, str]]]:
+        found: dict[str, list[tuple[str, str, str]]] = {host: [] for host in hosts}
+        order = self.text_order
+        for chunk, marks in in_chunks(hosts):
+            rows = self._read(
+                f"SELECT s.host, {SKIPPED_COLUMNS} FROM skipped s "
+                f"LEFT JOIN pages p ON p.id = s.found_on WHERE s.host IN ({marks}) "
+                f"ORDER BY s.host, s.url{order}",
+                chunk,
+            )
+            for host, *row in rows:
+                found[host].extend(still_skipped([row]))
+        return found
 
 
 def state_error(where: str, exc: BaseException) -> StateError:
