@@ -199,8 +199,9 @@ SHARED_SITE_PAGES = 5_000
 :func:`site_arcs`, :func:`site_skipped`), kept in memory while they run: about 0.8 KB
 a page with its arcs (a 10,000-page site shared took 8 MB more at its peak, so the
 budget stays a few MB). The sites beyond this many pages, counted from the first one
-read, are read again by each unloader, so writing the output never takes memory in
-proportion to the crawl."""
+read, are read again by each unloader (the small ones several at a time, as many as
+this many pages), so writing the output never takes memory in proportion to the
+crawl."""
 
 
 def _site_sizes(context: CrawlContext) -> dict[str, int]:
@@ -237,40 +238,79 @@ def _site_is_shared(context: CrawlContext, host: str) -> bool:
 
 
 SHARED_READ_SITES = 100
-"""Shared sites read together at most, in one query per kind (see :func:`_read_shared`)."""
+"""Small sites read together at most, in one query per kind (see :func:`_site_rows`)."""
 
 
-def _read_shared(
+def _site_rows(
     context: CrawlContext,
     key: str,
     host: str,
     read_sites: Callable[[Sequence[str]], dict[str, list[R]]],
     keep: Callable[[list[R]], T],
+    stream: Callable[[], T],
 ) -> T:
-    """A shared site's rows of one kind, as ``keep`` keeps them under ``key``, read with
-    those of the shared sites that come next and were not read yet, up to
-    :data:`SHARED_READ_SITES`: the unloaders go over the sites in turn, and on
-    PostgreSQL a read per site and kind had been most of the end of a crawl of 300
-    small sites (1,800 round trips)."""
+    """A site's rows of one kind (``key``) for an unloader, as ``keep`` keeps them:
 
-    def compute() -> T:
-        order, position = _site_order(context)
-        group = [host]
-        for name in order[position[host] + 1 :] if host in position else ():
-            if len(group) >= SHARED_READ_SITES:
-                break
+    * a shared site's (see :func:`_site_is_shared`) are read with those of the shared
+      sites after it not read yet, and kept for all the unloaders;
+    * a small site's beyond the shared budget, with the small sites after it, and kept
+      until the unloader moves past them (a window of :data:`SHARED_SITE_PAGES` pages
+      at most, per kind);
+    * a larger site's are streamed (``stream``) for each caller.
+
+    Up to :data:`SHARED_READ_SITES` sites in one read: on PostgreSQL a read per site and
+    kind had been most of the end of a crawl of 300 small sites (1,800 round trips)."""
+    if _site_is_shared(context, host):
+
+        def unread(name: str) -> bool:
             with _shared_lock:
                 read = (key, name) in _shared.get(context, {})
-            if not read and _site_is_shared(context, name):
-                group.append(name)
-        found = read_sites(group)
-        for name in group[1:]:
-            kept = keep(found.pop(name, []))
-            with _shared_lock:
-                _shared.setdefault(context, {}).setdefault((key, name), kept)
-        return keep(found.get(host, []))
+            return not read and _site_is_shared(context, name)
 
-    return shared_result(context, key, host, compute)
+        def shared() -> T:
+            found = read_sites(_sites_from(context, host, unread))
+            for name, rows in found.items():
+                if name != host:
+                    kept = keep(rows)
+                    with _shared_lock:
+                        _shared.setdefault(context, {}).setdefault((key, name), kept)
+            return keep(found.get(host, []))
+
+        return shared_result(context, key, host, shared)
+    sizes, window_key = _site_sizes(context), ("window", key)
+    if sizes.get(host, SHARED_SITE_PAGES + 1) > SHARED_SITE_PAGES:
+        return stream()
+    with _shared_lock:
+        window = _shared.get(context, {}).get(window_key, {})
+        if host in window:
+            return window[host]  # type: ignore[no-any-return]
+    room = [SHARED_SITE_PAGES - sizes[host]]
+
+    def fits(name: str) -> bool:
+        size = sizes.get(name, SHARED_SITE_PAGES + 1)
+        if size > room[0] or _site_is_shared(context, name):
+            return False
+        room[0] -= size
+        return True
+
+    found = read_sites(_sites_from(context, host, fits))
+    window = {name: keep(rows) for name, rows in found.items()}
+    with _shared_lock:
+        _shared.setdefault(context, {})[window_key] = window
+    return window.get(host) or keep([])
+
+
+def _sites_from(context: CrawlContext, host: str, wanted: Callable[[str], bool]) -> list[str]:
+    """``host`` and the sites after it that are ``wanted``, up to :data:`SHARED_READ_SITES`
+    in all, in the order the unloaders go over them."""
+    order, position = _site_order(context)
+    group = [host]
+    for name in order[position[host] + 1 :] if host in position else ():
+        if len(group) >= SHARED_READ_SITES:
+            break
+        if wanted(name):
+            group.append(name)
+    return group
 
 
 def _site_order(context: CrawlContext) -> tuple[list[str], dict[str, int]]:
@@ -287,11 +327,11 @@ def _site_order(context: CrawlContext) -> tuple[list[str], dict[str, int]]:
 def site_pages(context: CrawlContext, host: str) -> Iterable[PageData]:
     """A site's pages in id order, for an unloader: the reports, the graph files and the
     link analysis each go over them, and a small site is read from storage only once
-    (see :data:`SHARED_SITE_PAGES`), with the next ones. The records are shared: do not
-    change them."""
-    if not _site_is_shared(context, host):
-        return context.data.iter_pages(host)
-    return _read_shared(context, "pages", host, context.data.pages_of_sites, list)
+    (see :func:`_site_rows`), with the next ones. The records are shared: do not change
+    them."""
+    data = context.data
+    return _site_rows(context, "pages", host, data.pages_of_sites, list,
+                      lambda: data.iter_pages(host))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,10 +352,11 @@ class SiteArcs:
 
 def site_arcs(context: CrawlContext, host: str) -> Iterable[PageArc]:
     """The arcs of a site's graph (:func:`graph_arcs`), read once for all the unloaders of
-    a small site (a :class:`SiteArcs`), else streamed from storage for each caller."""
-    if not _site_is_shared(context, host):
-        return graph_arcs(context.data, host)
-    return _read_shared(context, "arcs", host, context.data.arcs_of_sites, _site_arcs)
+    a small site (a :class:`SiteArcs`, see :func:`_site_rows`), else streamed from
+    storage for each caller."""
+    data = context.data
+    return _site_rows(context, "arcs", host, data.arcs_of_sites, _site_arcs,
+                      lambda: graph_arcs(data, host))  # fmt: skip
 
 
 def _site_arcs(arcs: Iterable[PageArc]) -> SiteArcs:
@@ -339,10 +380,11 @@ def count_arcs(context: CrawlContext, host: str) -> tuple[int, int]:
 
 def site_skipped(context: CrawlContext, host: str) -> Iterable[tuple[str, str, str]]:
     """A site's links that never became pages (``DataManager.iter_skipped``), read once
-    for all the unloaders of a small site, else streamed for each caller."""
-    if not _site_is_shared(context, host):
-        return context.data.iter_skipped(host)
-    return _read_shared(context, "skipped", host, context.data.skipped_of_sites, list)
+    for all the unloaders of a small site (see :func:`_site_rows`), else streamed for
+    each caller."""
+    data = context.data
+    return _site_rows(context, "skipped", host, data.skipped_of_sites, list,
+                      lambda: data.iter_skipped(host))  # fmt: skip
 
 
 def release_shared(context: CrawlContext) -> None:
