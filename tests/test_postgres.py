@@ -28,7 +28,7 @@ from support.sites import generated_site
 from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
-from rccrawler.data.coordination import LEASE_BATCH, ROBOTS_BATCH
+from rccrawler.data.coordination import LEASE_BATCH, ROBOTS_BATCH, worth_one_more
 from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
@@ -550,6 +550,13 @@ def test_a_worker_whose_threads_serve_its_hosts_at_their_limits_keeps_them(postg
             first.store_download(page.id, DownloadResult(status=404), "")
         again = [page for page in iter(lambda: take_when_due(first), None)]
         assert {page.host for page in again} == set(hosts) == hosts_of(conn, first.owner)
+
+
+def test_a_host_goes_to_idle_threads_that_serve_half_its_limit_from_a_worker_short_of_them():
+    """One rule for the look that hands a host over and for the hint that asks for it."""
+    assert worth_one_more(short=True, idle=2, limit=4)
+    assert not worth_one_more(short=True, idle=1, limit=4)  # the host would wait for them
+    assert not worth_one_more(short=False, idle=8, limit=4)  # it serves its hosts already
 
 
 def test_a_worker_far_over_its_share_hands_the_surplus_over_at_once(postgresql):

@@ -164,6 +164,15 @@ def threads_wanted(held: HeldHost) -> int:
     return data.max_downloads_at_time
 
 
+def worth_one_more(short: bool, idle: int, limit: int) -> bool:
+    """Whether a worker hands one of its hosts (``limit`` requests at once) to another with
+    ``idle`` downloading threads: only when its own threads cannot serve its hosts at
+    their limits (``short``), and the other has threads for half that host's limit at
+    least. The rule of :meth:`CoordinatedDataManager._share_hosts`, and of the hint that
+    asks for its look (``_on_hint``)."""
+    return short and 2 * idle >= limit
+
+
 class CoordinatedDataManager(SQLDataManager):
     """The SQL DataManager of one worker among the others of a shared crawl.
 
@@ -1048,10 +1057,10 @@ class CoordinatedDataManager(SQLDataManager):
                 # few hundred polite hosts before the others join.
                 given = candidates[: min(mine - self._share, lacking)]
                 why = "fewer hosts than its share"
-            elif (
-                self._threads_short()
-                and 2 * max(idle for _n, idle in others.values())
-                >= candidates[0].data.max_downloads_at_time
+            elif worth_one_more(
+                self._threads_short(),
+                max(idle for _n, idle in others.values()),
+                candidates[0].data.max_downloads_at_time,
             ):
                 given = candidates[:1]
                 why = "idle threads"
@@ -1108,7 +1117,7 @@ class CoordinatedDataManager(SQLDataManager):
             with self._lock:
                 limits = [h.data.max_downloads_at_time for h in self._held.values()]
                 short = self._threads_short()
-            if len(limits) > held + 1 or (short and 2 * spare >= min(limits)):
+            if len(limits) > held + 1 or worth_one_more(short, spare, min(limits)):
                 try:
                     with contextlib.suppress(Conflict, StateError):
                         self._balance()
