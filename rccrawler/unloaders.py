@@ -280,35 +280,49 @@ def _site_rows(
     sizes, window_key = _site_sizes(context), ("window", key)
     if sizes.get(host, SHARED_SITE_PAGES + 1) > SHARED_SITE_PAGES:
         return stream()
+    _order, position = _site_order(context)
     with _shared_lock:
-        window = _shared.get(context, {}).get(window_key, {})
+        window, end = _shared.get(context, {}).get(window_key, ({}, 0))
         if host in window:
             return window[host]  # type: ignore[no-any-return]
+    if position.get(host, -1) < end:
+        # Behind the window: an unloader going over the sites in another order reads
+        # each alone, not a window of sites it may have passed already.
+        return keep(read_sites([host]).get(host, []))
     room = [SHARED_SITE_PAGES - sizes[host]]
 
-    def fits(name: str) -> bool:
+    def fits(name: str) -> bool | None:
         size = sizes.get(name, SHARED_SITE_PAGES + 1)
-        if size > room[0] or _site_is_shared(context, name):
-            return False
+        if size > SHARED_SITE_PAGES or _site_is_shared(context, name):
+            return False  # read otherwise: passed over
+        if size > room[0]:
+            return None  # the window ends before it
         room[0] -= size
         return True
 
-    found = read_sites(_sites_from(context, host, fits))
+    group = _sites_from(context, host, fits)
+    found = read_sites(group)
     window = {name: keep(rows) for name, rows in found.items()}
     with _shared_lock:
-        _shared.setdefault(context, {})[window_key] = window
+        _shared.setdefault(context, {})[window_key] = (window, position[group[-1]] + 1)
     return window.get(host) or keep([])
 
 
-def _sites_from(context: CrawlContext, host: str, wanted: Callable[[str], bool]) -> list[str]:
-    """``host`` and the sites after it that are ``wanted``, up to :data:`SHARED_READ_SITES`
-    in all, in the order the unloaders go over them."""
+def _sites_from(
+    context: CrawlContext, host: str, wanted: Callable[[str], bool | None]
+) -> list[str]:
+    """``host`` and the sites after it that are ``wanted`` (True: read it; False: pass it
+    over; None: stop there), up to :data:`SHARED_READ_SITES` in all, in the order the
+    unloaders go over them."""
     order, position = _site_order(context)
     group = [host]
     for name in order[position[host] + 1 :] if host in position else ():
         if len(group) >= SHARED_READ_SITES:
             break
-        if wanted(name):
+        take = wanted(name)
+        if take is None:
+            break
+        if take:
             group.append(name)
     return group
 

@@ -552,6 +552,31 @@ def test_small_sites_are_read_together_and_written_as_each_read_alone_would_be(
     assert counted[0] >= 3 * len(hosts), counted  # each site and kind on its own
     assert counted[20] <= counted[0] / 3, counted
 
+    # An unloader going over the sites in another order reads each site once, alone,
+    # not a window of the sites after it, which it passed already.
+    from rccrawler.data.sql import SQLDataManager
+    from rccrawler.data.storage import open_storage
+
+    asked: list[int] = []
+    real_read = SQLDataManager.pages_of_sites
+
+    def pages_of_sites(self: SQLDataManager, names: list[str]) -> dict[str, list[object]]:
+        asked.append(len(names))
+        return real_read(self, names)  # type: ignore[return-value]
+
+    monkeypatch.setattr(SQLDataManager, "pages_of_sites", pages_of_sites)
+    monkeypatch.setattr(unloaders, "SHARED_SITE_PAGES", 20)
+    manager_cls, settings = load_settings(config)
+    manager = manager_cls(settings)
+    with open_storage(settings, task_tables=manager_cls.task_tables) as data:
+        manager.data = data
+        expected = {host: [page.id for page in data.iter_pages(host)] for host in hosts}
+        backwards = {host: [page.id for page in unloaders.site_pages(manager.context, host)]
+                     for host in reversed(hosts)}  # fmt: skip
+        unloaders.release_shared(manager.context)
+    assert backwards == expected
+    assert sum(asked) == len(hosts), asked
+
 
 def test_the_files_of_many_sites_are_written_from_one_statistics_snapshot(
     serve, crawler, monkeypatch
