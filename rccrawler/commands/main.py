@@ -231,16 +231,19 @@ def _stdout_gone() -> bool:
         return False
 
 
+def _refused(exc: ConfigError | StateError) -> int:
+    """A bad config or a refused state: one line on stderr, and exit code 2."""
+    what = "bad config: " if isinstance(exc, ConfigError) else ""
+    print(f"rccrawler: {what}{exc}", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _command(argv: Sequence[str] | None) -> int:
     args_list = with_default_command(sys.argv[1:] if argv is None else argv)
     try:
         task = task_of_command(args_list)
-    except ConfigError as exc:
-        print(f"rccrawler: bad config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StateError as exc:
-        print(f"rccrawler: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (ConfigError, StateError) as exc:
+        return _refused(exc)
     if task is not None and args_list[0] not in task[0].commands:
         manager_cls = task[0]
         known = ", ".join(sorted(manager_cls.commands)) or "none"
@@ -304,12 +307,8 @@ def _command(argv: Sequence[str] | None) -> int:
         from rccrawler.commands.export import export_command
 
         return export_command(manager_cls, settings)
-    except ConfigError as exc:
-        print(f"rccrawler: bad config: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StateError as exc:
-        print(f"rccrawler: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (ConfigError, StateError) as exc:
+        return _refused(exc)
     except OSError as exc:
         # A read-only or broken state or output folder (--fresh, stop): a state error.
         if exc.errno not in _STATE_ERRNOS:
