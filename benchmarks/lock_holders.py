@@ -114,6 +114,11 @@ def run_worker(config: str, report: str) -> None:
         Path(report).write_text(json.dumps(holds))
 
 
+def ninetieth(ordered: list[float]) -> float:
+    """The 90th percentile of ``ordered`` (sorted), the nearest rank below."""
+    return ordered[int(0.9 * (len(ordered) - 1))]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=300)
@@ -174,9 +179,9 @@ def main() -> int:
           f"{first - started:.2f} s, crawl phase {last - first + args.latency:.2f} s, end "
           f"{ended - last - args.latency:.2f} s; requests to one host "
           f"{statistics.median(gaps):.3f} s apart (median), "
-          f"{gaps[int(0.9 * (len(gaps) - 1))]:.3f} s (90th percentile); a host's first page "
+          f"{ninetieth(gaps):.3f} s (90th percentile); a host's first page "
           f"{statistics.median(first_pages):.2f} s after its robots.txt (median; 90th "
-          f"percentile {first_pages[int(0.9 * (len(first_pages) - 1))]:.2f} s), its span "
+          f"percentile {ninetieth(first_pages):.2f} s), its span "
           f"from first to last request {statistics.median(spans):.2f} s (median; longest "
           f"{spans[-1]:.2f} s)\n")  # fmt: skip
     print(f"the lock held {sum(h[1] for h in holds.values()):.2f} s in all\n")
