@@ -600,6 +600,38 @@ def test_a_worker_far_over_its_share_hands_the_surplus_over_at_once(postgresql):
         PostgresDataManager.drop(postgresql, schema)
 
 
+def test_workers_started_together_each_lease_their_share_from_the_first_lease(postgresql):
+    """Workers started together have all joined by the time the first robots.txt is
+    answered: the first to lease counts them before it does, and leases its share, not a
+    host a take until its first look (it had leased 6 hosts of 8 with two others up, and
+    handed 3 over as their first pages came in, each paused about 90 ms)."""
+    schema = schema_for(f"together-{uuid.uuid4().hex}")
+    workers = [PostgresDataManager(postgresql, schema, download_slots=8) for _ in range(3)]
+    conn = psycopg.connect(postgresql, autocommit=True)
+    try:
+        for data in workers:
+            data.open()
+        conn.execute(f"SET search_path TO {schema}")
+        workers[0].check_identity("plugins.webgraph.manager.WebGraphManager")
+        hosts = add_ready_hosts(workers[0], 8, links=10, crawl_delay=0.0, limit=4)
+        for data, share in zip(workers, (3, 3, 2), strict=True):
+            # No look yet (no statistics()): the lease itself counts the workers.
+            taken = [page for page in iter(lambda data=data: take_when_due(data), None)]
+            mine = hosts_of(conn, data.owner)
+            assert len(mine) == share, f"a worker leased {len(mine)} hosts, its share is {share}"
+            assert {page.host for page in taken} == mine
+        held = [hosts_of(conn, data.owner) for data in workers]
+        assert set().union(*held) == set(hosts)
+        for data in workers:
+            data.statistics()  # the routine's look: each holds its share already
+            assert not any(held.draining for held in data._held.values())
+    finally:
+        conn.close()
+        for data in reversed(workers):
+            data.close()
+        PostgresDataManager.drop(postgresql, schema)
+
+
 def test_a_worker_below_its_share_leases_many_hosts_in_one_look(postgresql):
     """300 polite hosts leased one a look (46 a second) started over 6.5 s, and the
     crawl took 1.8 times its politeness limit: a worker below its share leases what it

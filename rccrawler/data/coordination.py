@@ -164,6 +164,12 @@ def threads_wanted(held: HeldHost) -> int:
     return data.max_downloads_at_time
 
 
+def fair_share(hosts: int, workers: int) -> int:
+    """Hosts each of ``workers`` holds when ``hosts`` with work are shared out evenly (the
+    first ones one more): what a worker leases up to at once, and hands over beyond."""
+    return -(-hosts // max(1, workers))
+
+
 def worth_one_more(short: bool, idle: int, limit: int) -> bool:
     """Whether a worker hands one of its hosts (``limit`` requests at once) to another with
     ``idle`` downloading threads: only when its own threads cannot serve its hosts at
@@ -614,8 +620,6 @@ class CoordinatedDataManager(SQLDataManager):
         if room <= 0:
             return 0  # polite hosts need no thread between requests, but memory
         if self._below_share():
-            if not self._workers_seen:
-                return 1  # its share is known after its first look at the others
             below = min(self._share, self.download_slots) - len(self._held)
             return min(room, below, LEASE_BATCH)
         # Below its share, even if the threads are spoken for: a host that waits for a
@@ -626,6 +630,8 @@ class CoordinatedDataManager(SQLDataManager):
     def _lease_host(self) -> bool:
         """Lease more hosts with waiting pages (see _hosts_to_lease), in one round trip
         and one more for what is known of them; whether any was leased."""
+        if not self._workers_seen:
+            self._first_look()
         wanted = self._hosts_to_lease()
         if wanted <= 0:
             return False
@@ -687,6 +693,23 @@ class CoordinatedDataManager(SQLDataManager):
             logger.debug("leased %s", data.host)
         self._publish_spare()
         return True
+
+    def _first_look(self) -> None:
+        """Before this worker's first lease (lock held): the workers of the crawl, and so
+        its share of the hosts with work, robots.txt read or not, until the routine's
+        looks (see _share_hosts) take over. Workers started together join before any
+        robots.txt is answered. (Leasing one host at a time until that first look, the
+        first worker up had leased 6 hosts of 8 with two others up, and handed 3 over as
+        their first pages came in.)"""
+        with self._reading(one_statement=True) as cur:
+            cur.execute(
+                "SELECT (SELECT count(*) FROM workers), count(*) FROM hosts h WHERE "
+                "owner <> '' OR EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host "
+                "AND p.state = 'waiting')"
+            )
+            workers, hosts = cur.fetchone() or (1, 0)
+        self._workers_seen = max(1, int(workers))
+        self._share = fair_share(int(hosts), self._workers_seen)
 
     def _release_host(self, held: HeldHost) -> None:
         """Give a host back: nothing of it is in progress here (its claimed pages, if
@@ -1031,7 +1054,7 @@ class CoordinatedDataManager(SQLDataManager):
             mine = len(self._held)
             self._workers_seen = len(others) + 1
             held_elsewhere = sum(n for n, _idle in others.values())
-            self._share = -(-(mine + held_elsewhere + free) // (len(others) + 1))
+            self._share = fair_share(mine + held_elsewhere + free, len(others) + 1)
             if free or not others:
                 return  # a worker with idle threads leases a free host itself
             if any(h.draining for h in self._held.values()):
