@@ -23,7 +23,7 @@ import time
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -354,6 +354,22 @@ class Claim:
     """Pages the site has admitted so far (the max_pages budget)."""
     now: float
     """The storage's clock."""
+
+
+@dataclass(slots=True)
+class SitesAdded:
+    """What :meth:`SQLDataManager.add_sites` read once for all its sites, and what they
+    add: each site's work sees the sites before it, and the new rows go in together."""
+
+    known: dict[str, HostData]
+    """The hosts as read before, by name."""
+    roots: dict[str, tuple[PageId, str]]
+    """Start pages by normalized URL: as read before, and those added by a site before."""
+    now: float
+    """The storage's clock."""
+    new_hosts: dict[str, HostData] = field(default_factory=dict)
+    new_roots: list[tuple[str, str, str, int | None, int, str]] = field(default_factory=list)
+    """Start pages to insert (the rows of ``_insert_pages``)."""
 
 
 class StorageOptions(TypedDict, total=False):
@@ -991,62 +1007,56 @@ class SQLDataManager(DataManager):
             # sites, and the new ones inserted together: a few round trips a site had
             # held the lock 0.35 s for 300 sites on PostgreSQL, and every first request
             # waited for it.
-            known = self._find_hosts(cur, [host.host for host, _url, _normalized in sites])
-            roots = {url: (PageId(page_id), state) for url, page_id, state, _level in
-                     self._url_rows(cur, [url for _host, _url, url in sites])}  # fmt: skip
-            now = self._clock(cur)
-            new_hosts: dict[str, HostData] = {}
-            new_roots: list[tuple[str, str, str, int | None, int, str]] = []
-            added = [
-                self._add_site(cur, *site, known, roots, now, new_hosts, new_roots)
-                for site in sites
-            ]
-            self._insert_hosts(cur, list(new_hosts.values()))
-            self._insert_pages(cur, new_roots)
+            batch = SitesAdded(
+                known=self._find_hosts(cur, [host.host for host, _url, _normalized in sites]),
+                roots={url: (PageId(page_id), state) for url, page_id, state, _level
+                       in self._url_rows(cur, [url for _host, _url, url in sites])},
+                now=self._clock(cur),
+            )  # fmt: skip
+            added = [self._add_site(cur, batch, *site) for site in sites]
+            self._insert_hosts(cur, list(batch.new_hosts.values()))
+            self._insert_pages(cur, batch.new_roots)
             return added
 
     def _add_site(
-        self, cur: Cursor, host: HostData, start_url: str, normalized_url: str,
-        known: dict[str, HostData], roots: dict[str, tuple[PageId, str]], now: float,
-        new_hosts: dict[str, HostData],
-        new_roots: list[tuple[str, str, str, int | None, int, str]],
+        self, cur: Cursor, batch: SitesAdded, host: HostData, start_url: str,
+        normalized_url: str,
     ) -> bool:  # fmt: skip
-        """:meth:`add_sites`'s work for one site, in its transaction (lock held): ``known``
-        hosts and ``roots`` (normalized URL → page and state) as read before, and what
-        the sites before it added; new hosts and their start pages are inserted after
-        them all, together (``new_hosts``, ``new_roots``)."""
+        """:meth:`add_sites`'s work for one site, in its transaction (lock held): what
+        the batch read before, and what the sites before it added; new hosts and their
+        start pages are inserted after them all, together."""
         root = (host.host, start_url, normalized_url, None, 0, "")
-        if normalized_url in roots:  # a start page known, or added by a site before
-            page_id, state = roots[normalized_url]
-            data = None if host.host in new_hosts else known.get(host.host)
-            if data is not None and self._follow_settings(data, host, now):
+        if normalized_url in batch.roots:  # a start page known, or added by a site before
+            page_id, state = batch.roots[normalized_url]
+            data = None if host.host in batch.new_hosts else batch.known.get(host.host)
+            if data is not None and self._follow_settings(data, host, batch.now):
                 self._save_host(cur, data)
             if state == PageState.UNREACHED:  # a refresh starts here
                 self._reach(cur, host.host, [page_id], 0, None, "")
             return False
-        roots[normalized_url] = (PageId(0), PageState.WAITING)  # inserted below
-        if host.host in new_hosts:  # new in this call, with another start URL
-            new_roots.append(root)
+        batch.roots[normalized_url] = (PageId(0), PageState.WAITING)  # inserted below
+        if host.host in batch.new_hosts:  # new in this call, with another start URL
+            batch.new_roots.append(root)
             return True
-        data = known.get(host.host)
+        data = batch.known.get(host.host)
         if data is None:
             data = replace(
                 host,
-                started_at=now,
+                started_at=batch.now,
                 min_crawl_delay=max(host.min_crawl_delay, host.crawl_delay),
                 in_flight=0,
             )
-            new_hosts[host.host] = data
-            new_roots.append(root)
+            batch.new_hosts[host.host] = data
+            batch.new_roots.append(root)
             return True
-        self._follow_settings(data, host, now)
+        self._follow_settings(data, host, batch.now)
         if data.stop_reason.startswith(BLOCKED_BY_ROBOTS):
             # Another start URL on a known host: nothing of it is crawled.
             self._insert_pages(cur, [root])
             self._end_waiting(cur, host.host, SkipReason.ROBOTS)
         else:
             # Another start URL on a known host (docs.x/3/ and docs.x/2/): one more root.
-            new_roots.append(root)
+            batch.new_roots.append(root)
             if data.stop_reason:
                 data.stop_reason, data.finished_at = "", 0.0  # it has work again
         self._save_host(cur, data)
