@@ -707,6 +707,25 @@ def test_a_worker_of_polite_hosts_leases_more_hosts_than_it_has_threads(postgres
         assert sorted(take_and_store(data, len(hosts))) == hosts
 
 
+def test_a_worker_at_its_threads_leases_as_many_polite_hosts_as_its_idle_threads_serve(
+    postgresql,
+):
+    """A worker leases up to its share a host per thread at once. Beyond that, polite
+    hosts leave its threads idle between requests, so it leases more: as many as those
+    threads serve, in one look. (One a look, the 44 polite hosts of 300 beyond 256
+    threads were leased 20 ms apart, and the last started 1.5 s late.)"""
+    with (
+        one_worker(postgresql, "beyond", download_slots=4) as data,
+        psycopg.connect(postgresql, autocommit=True) as conn,
+    ):
+        conn.execute(f"SET search_path TO {data.schema}")
+        add_ready_hosts(data, 20, links=1, crawl_delay=2.0, limit=1)
+        assert take_when_due(data) is None  # each host waits out its delay after robots
+        assert len(hosts_of(conn, data.owner)) == 4  # its share, a host per thread
+        assert take_when_due(data) is None  # the next look: 4 idle threads, 4 more hosts
+        assert len(hosts_of(conn, data.owner)) == 8
+
+
 def test_a_worker_holds_a_bounded_number_of_polite_hosts(postgresql):
     """However idle its threads, a worker holds at most ``hosts_per_thread`` hosts a
     thread: each costs memory and a look on every take."""

@@ -164,6 +164,12 @@ def threads_wanted(held: HeldHost) -> int:
     return data.max_downloads_at_time
 
 
+def host_takes(held: HeldHost) -> int:
+    """Downloading threads a host takes at most at once: its limit, or one if it is polite
+    (between two requests it takes none)."""
+    return 1 if held.data.crawl_delay > 0 else max(1, held.data.max_downloads_at_time)
+
+
 def fair_share(hosts: int, workers: int) -> int:
     """Hosts each of ``workers`` holds when ``hosts`` with work are shared out evenly (the
     first ones one more): what a worker leases up to at once, and hands over beyond."""
@@ -615,7 +621,8 @@ class CoordinatedDataManager(SQLDataManager):
         """How many hosts to lease now (lock held): up to its share at once, since each
         waits for nothing but its lease (300 polite hosts leased one a look, 46 a second,
         started over 6.5 s, and the crawl took 1.8 times its politeness limit); beyond
-        it, one at a time while its threads would idle."""
+        it, as many as the threads its hosts leave idle would serve, each host counted
+        as the most a held one takes (a polite host takes one only while in flight)."""
         room = self.hosts_per_thread * self.download_slots - len(self._held)
         if room <= 0:
             return 0  # polite hosts need no thread between requests, but memory
@@ -624,8 +631,12 @@ class CoordinatedDataManager(SQLDataManager):
             return min(room, below, LEASE_BATCH)
         # Below its share, even if the threads are spoken for: a host that waits for a
         # worker to be done with others starts late and ends the crawl alone at its
-        # limit (8 hosts for 2 workers held 3 each, and two waited 2.4 s).
-        return 1 if self._threads_wanted_here() < self.download_slots else 0
+        # limit (8 hosts for 2 workers held 3 each, and two waited 2.4 s). Beyond it, one
+        # host a look had left the 44 polite hosts of 300 beyond 256 threads to start
+        # over 1.5 s, 20 ms apart, and the crawl ended with them.
+        idle = self.download_slots - self._threads_wanted_here()
+        each = max(map(host_takes, self._held.values()), default=1)
+        return min(room, LEASE_BATCH, max(1, idle // each)) if idle > 0 else 0
 
     def _lease_host(self) -> bool:
         """Lease more hosts with waiting pages (see _hosts_to_lease), in one round trip
