@@ -701,15 +701,16 @@ class ApplicationManager:
             started = time.monotonic()
             stats = self.data.statistics()
             snapshot_s = time.monotonic() - started
-            ended = False
+            ended: dict[str, str] = {}
             for host in stats.hosts:
                 if not host.stop_reason:
                     reason = self.finisher.site_stop_reason(host)
                     if reason is not None:
-                        self.data.set_stop_reason(host.host, reason)
-                        logger.info("site %s finished: %s", host.host, reason)
-                        ended = True
+                        ended[host.host] = reason
             if ended:
+                self.data.set_stop_reasons(ended)
+                for host_name, reason in ended.items():
+                    logger.info("site %s finished: %s", host_name, reason)
                 started = time.monotonic()
                 stats = self.data.statistics()
                 snapshot_s += time.monotonic() - started

@@ -639,13 +639,14 @@ def test_the_stop_reasons_written_do_not_lengthen_the_finisher_s_tick(serve, cra
     class SlowStopReasons(manager_cls):  # type: ignore[misc,valid-type]
         def create_data_manager(self):  # type: ignore[no-untyped-def]
             data = super().create_data_manager()
-            real = data.set_stop_reason
+            real = data.set_stop_reasons
 
-            def slow(host: str, reason: str) -> None:
-                written_s[0] += 0.3  # a slow storage: 0.3 s on the manager's clock
-                real(host, reason)
+            def slow(reasons: dict[str, str]) -> None:
+                # A slow storage: 0.3 s a site on the manager's clock.
+                written_s[0] += 0.3 * len(reasons)
+                real(reasons)
 
-            data.set_stop_reason = slow  # type: ignore[method-assign]
+            data.set_stop_reasons = slow  # type: ignore[method-assign]
             return data
 
     assert SlowStopReasons(settings).run()

@@ -372,6 +372,13 @@ class DataManager(ABC):
     def set_stop_reason(self, host: str, reason: str) -> None:
         """Record why a site's crawl ended (shown in status and report.json)."""
 
+    def set_stop_reasons(self, reasons: Mapping[str, str]) -> None:
+        """Record why each of these sites' crawl ended (host → reason), together where the
+        storage can: the sites of a polite crawl end within a second of each other. By
+        default, one :meth:`set_stop_reason` each."""
+        for host, reason in reasons.items():
+            self.set_stop_reason(host, reason)
+
     @abstractmethod
     def iter_pages(self, host: str) -> Iterator[PageData]:
         """Every page of a site, by id, read in batches (for the unloaders)."""

@@ -1514,6 +1514,6 @@ class PostgresDataManager(CoordinatedDataManager):
         except (Conflict, StateError) as exc:  # the crawl goes on with the plans it has
             logger.info("ANALYZE of the crawl's tables failed: %s", exc)
 
-    def set_stop_reason(self, host: str, reason: str) -> None:
+    def set_stop_reasons(self, reasons: Mapping[str, str]) -> None:
         self._stats = None
-        super().set_stop_reason(host, reason)
+        super().set_stop_reasons(reasons)

@@ -718,11 +718,18 @@ class SQLDataManager(DataManager):
         return {name: data for name in hosts if (data := self._find_host(cur, name)) is not None}
 
     def _save_host(self, cur: Cursor, host: HostData) -> None:
+        self._save_hosts(cur, [host])
+
+    def _save_hosts(self, cur: Cursor, hosts: Sequence[HostData]) -> None:
+        """Write these hosts' rows: one statement, or one batch of them (on PostgreSQL,
+        one round trip)."""
         sets = ", ".join(f"{name} = ?" for name in HOST_FIELDS[1:])
-        cur.execute(
-            self._sql(f"UPDATE hosts SET {sets} WHERE host = ?"),
-            (*host_values(host)[1:], host.host),
-        )
+        query = self._sql(f"UPDATE hosts SET {sets} WHERE host = ?")
+        rows = [(*host_values(host)[1:], host.host) for host in hosts]
+        if len(rows) == 1:
+            cur.execute(query, rows[0])
+        elif rows:
+            cur.executemany(query, rows)
 
     def _insert_hosts(self, cur: Cursor, hosts: Sequence[HostData]) -> None:
         marks = ", ".join("?" * len(HOST_FIELDS))
@@ -1440,15 +1447,20 @@ class SQLDataManager(DataManager):
         )
         self._on_waiting_ended(host, cur.rowcount)
 
-    @retry_conflicts
     def set_stop_reason(self, host: str, reason: str) -> None:
+        self.set_stop_reasons({host: reason})
+
+    @retry_conflicts
+    def set_stop_reasons(self, reasons: Mapping[str, str]) -> None:
+        # One transaction, one read of the hosts and of the clock: one each a site had
+        # taken 0.22 s at the end of a crawl of 300 polite hosts on PostgreSQL.
         with self._atomic() as cur:
-            data = self._find_host(cur, host)
-            if data is None or (data.stop_reason and data.finished_at):
-                return
-            data.stop_reason = reason
-            data.finished_at = self._clock(cur)
-            self._save_host(cur, data)
+            now = self._clock(cur)
+            ended = [data for data in self._find_hosts(cur, list(reasons)).values()
+                     if not (data.stop_reason and data.finished_at)]  # fmt: skip
+            for data in ended:
+                data.stop_reason, data.finished_at = reasons[data.host], now
+            self._save_hosts(cur, ended)
 
     # -- downloading -----------------------------------------------------------
     def wait_for_work(self, timeout: float, kind: str = "") -> None:
