@@ -506,21 +506,28 @@ class UnreachableHosts:
         with self._lock:
             turn = self._turns.setdefault(key, threading.Lock())
         with turn:
-            cause = self.cause(host, port)
-            if cause is not None:
-                raise FetchError(cause, f"{key} failed earlier in this run", retryable=False)
-            try:
-                yield
-            except FetchError as exc:
-                if exc.kind in UNREACHABLE_KINDS:
-                    with self._lock:
-                        self._failed[host if exc.kind == "dns" else key] = exc.kind
-                        self._turns.pop(key, None)
-                    logger.info("%s: %s; not tried again in this run", key, exc.kind)
-                else:
-                    self._contacted(key)
-                raise
-            self._contacted(key)
+            trying = key not in self._reached
+            if trying:
+                cause = self.cause(host, port)
+                if cause is not None:
+                    raise FetchError(cause, f"{key} failed earlier in this run", retryable=False)
+                try:
+                    yield
+                except FetchError as exc:
+                    if exc.kind in UNREACHABLE_KINDS:
+                        with self._lock:
+                            self._failed[host if exc.kind == "dns" else key] = exc.kind
+                            self._turns.pop(key, None)
+                        logger.info("%s: %s; not tried again in this run", key, exc.kind)
+                    else:
+                        self._contacted(key)
+                    raise
+                self._contacted(key)
+        if not trying:
+            # It answered while this request waited its turn: the requests that waited
+            # go together now, not one after another (a host a worker took over sent
+            # its first 4 pages 51, 103, 155 and 207 ms after they were taken).
+            yield
 
     def _contacted(self, key: str) -> None:
         with self._lock:
