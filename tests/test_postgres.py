@@ -719,7 +719,7 @@ def test_a_worker_at_its_threads_leases_as_many_polite_hosts_as_its_idle_threads
         psycopg.connect(postgresql, autocommit=True) as conn,
     ):
         conn.execute(f"SET search_path TO {data.schema}")
-        add_ready_hosts(data, 20, links=1, crawl_delay=2.0, limit=1)
+        add_ready_hosts(data, 20, links=1, crawl_delay=30.0, limit=1)
         assert take_when_due(data) is None  # each host waits out its delay after robots
         assert len(hosts_of(conn, data.owner)) == 4  # its share, a host per thread
         assert take_when_due(data) is None  # the next look: 4 idle threads, 4 more hosts
