@@ -171,8 +171,8 @@ def host_takes(held: HeldHost) -> int:
 
 
 def fair_share(hosts: int, workers: int) -> int:
-    """Hosts each of ``workers`` holds when ``hosts`` with work are shared out evenly (the
-    first ones one more): what a worker leases up to at once, and hands over beyond."""
+    """Hosts each of ``workers`` holds at most when ``hosts`` with work are shared out
+    evenly (rounded up): what a worker leases up to at once, and hands over beyond."""
     return -(-hosts // max(1, workers))
 
 

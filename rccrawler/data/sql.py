@@ -368,6 +368,7 @@ class SitesAdded:
     now: float
     """The storage's clock."""
     new_hosts: dict[str, HostData] = field(default_factory=dict)
+    """Hosts to insert, by name."""
     new_roots: list[tuple[str, str, str, int | None, int, str]] = field(default_factory=list)
     """Start pages to insert (the rows of ``_insert_pages``)."""
 
