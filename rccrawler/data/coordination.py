@@ -97,6 +97,12 @@ ROBOTS_BATCH = 16
 (one statement each, under the DataManager's lock, had sent the robots.txt of 300 polite
 hosts over 0.9 s, and every host's first page waited for them)."""
 
+HAS_WAITING = "EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting')"
+"""SQL: the host ``h`` has pages waiting (work for whoever holds it)."""
+FREE_HOST = f"owner = '' AND robots_state = 'ready' AND {HAS_WAITING}"
+"""SQL: the host ``h`` is one a worker may lease: nobody holds it, its robots.txt is read,
+and it has work."""
+
 HINT_SPARE = "spare"
 """A worker's threads looked for a host to lease and found none: the others share
 their hosts again now (see CoordinatedDataManager._hint)."""
@@ -652,8 +658,7 @@ class CoordinatedDataManager(SQLDataManager):
         with self._transaction() as cur:
             cur.execute(
                 "UPDATE hosts SET owner = %s WHERE host = ANY(ARRAY(SELECT host FROM hosts h "
-                "WHERE owner = '' AND robots_state = 'ready' AND host <> ALL(%s) "
-                "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting') "
+                f"WHERE {FREE_HOST} AND host <> ALL(%s) "
                 "ORDER BY next_fetch_at LIMIT %s FOR UPDATE SKIP LOCKED)) "
                 f"RETURNING {HOST_COLUMNS}, budget_hit, "
                 "next_fetch_at - extract(epoch FROM clock_timestamp()), "
@@ -714,9 +719,8 @@ class CoordinatedDataManager(SQLDataManager):
         their first pages came in.)"""
         with self._reading(one_statement=True) as cur:
             cur.execute(
-                "SELECT (SELECT count(*) FROM workers), count(*) FROM hosts h WHERE "
-                "owner <> '' OR EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host "
-                "AND p.state = 'waiting')"
+                "SELECT (SELECT count(*) FROM workers), count(*) FROM hosts h "
+                f"WHERE owner <> '' OR {HAS_WAITING}"
             )
             workers, hosts = cur.fetchone() or (1, 0)
         self._workers_seen = max(1, int(workers))
@@ -1049,10 +1053,7 @@ class CoordinatedDataManager(SQLDataManager):
             )
             others = {owner: (int(n), int(idle)) for owner, n, idle in cur.fetchall()
                       if owner != self.owner}  # fmt: skip
-            cur.execute(
-                "SELECT count(*) FROM hosts h WHERE owner = '' AND robots_state = 'ready' "
-                "AND EXISTS (SELECT 1 FROM pages p WHERE p.host = h.host AND p.state = 'waiting')"
-            )
+            cur.execute(f"SELECT count(*) FROM hosts h WHERE {FREE_HOST}")
             free = int((cur.fetchone() or (0,))[0])
             waiting: dict[str, int] = {}
             if others and not free:  # what a hand-over is chosen by
