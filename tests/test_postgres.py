@@ -28,7 +28,13 @@ from support.sites import generated_site
 from webserver import Resource, SiteServer
 
 from plugins.webgraph import WebGraphManager
-from rccrawler.data.coordination import LEASE_BATCH, ROBOTS_BATCH, worth_one_more
+from rccrawler.data.coordination import (
+    HINT_FREE,
+    HINT_SPARE,
+    LEASE_BATCH,
+    ROBOTS_BATCH,
+    worth_one_more,
+)
 from rccrawler.data.postgres import PostgresDataManager, schema_for
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 
@@ -527,6 +533,34 @@ def test_a_worker_that_finds_no_host_to_lease_is_handed_one_at_once(postgresql):
             timeout=30, interval=0.01,
         ), "the host given back was not told of"  # fmt: skip
         assert hosts_of(conn, second.owner) == set(hosts) - {kept} == {leased[-1].host}
+
+
+def listeners(conn: psycopg.Connection[Any]) -> int:
+    """How many connections listen for the hints of the crawl ``conn`` is set to."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE query = 'LISTEN \"' || current_setting('search_path') || '\"'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_worker_that_holds_no_host_keeps_hearing_hints(postgresql):
+    """A worker holding no host (just joined, or its hosts done) that heard another's
+    "spare" hint took the smallest limit of its hosts: of none, a ValueError that
+    dropped its listening connection, and the hints sent with it or in the next 50 ms
+    were lost (a host given back then waited for the idle worker's next look)."""
+    with two_workers(postgresql, "deaf", download_slots=4) as (first, second, conn):
+        second.open()
+        assert not second._held
+        assert wait_until(lambda: listeners(conn) == 2, timeout=30), "not listening"
+        with second._lock:  # from now on it looks for a host only when told
+            second._lease_look, second._next_try = 3600.0, time.monotonic() + 3600
+        with first._lock, first._transaction() as cur:  # delivered together at commit
+            first._hint(cur, HINT_SPARE)
+            first._hint(cur, HINT_FREE)
+        assert wait_until(
+            lambda: second._next_try < time.monotonic() + 60, timeout=30, interval=0.01
+        ), "the free host's hint, sent after the spare one, was not heard"
 
 
 def test_a_worker_whose_threads_serve_its_hosts_at_their_limits_keeps_them(postgresql):

@@ -1152,7 +1152,9 @@ class CoordinatedDataManager(SQLDataManager):
             with self._lock:
                 limits = [h.data.max_downloads_at_time for h in self._held.values()]
                 short = self._threads_short()
-            if len(limits) > held + 1 or worth_one_more(short, spare, min(limits)):
+            # A worker holding no host has none to give (min() of none had dropped the
+            # listening connection, and the hints of the next 50 ms with it).
+            if limits and (len(limits) > held + 1 or worth_one_more(short, spare, min(limits))):
                 try:
                     with contextlib.suppress(Conflict, StateError):
                         self._balance()
