@@ -931,6 +931,22 @@ def test_sites_are_added_in_a_few_statements_however_many(postgresql, monkeypatc
         assert sum(host.waiting for host in data.statistics().hosts) == 300
 
 
+def test_a_worker_s_pool_starts_at_its_part_of_the_robots_txt_due(postgresql):
+    """An automatic pool starts at what politeness allows at the start: each site's
+    robots.txt, shared by the workers. A PostgreSQL worker said one request until its
+    first lease, and its pool grew from 8 by doubling a look: 300 polite sites had their
+    robots.txt asked over the crawl's first second (the last at 1.0 s, on SQLite 0.5),
+    and the crawl ended that much later."""
+    with two_workers(postgresql, "demand", download_slots=256) as (first, second, _conn):
+        sites = [(HostData(host=f"s{n}.test"), f"http://s{n}.test/", f"http://s{n}.test/")
+                 for n in range(40)]  # fmt: skip
+        first.add_sites(sites)
+        assert first.download_demand(256).allowed == 40  # alone: every robots.txt
+        second.open()
+        assert second.download_demand(256).allowed == 20  # its half of them
+        assert first.download_demand(8).allowed == 8  # never beyond the pool's cap
+
+
 def test_sites_that_end_together_are_recorded_in_a_few_statements(postgresql, monkeypatch):
     """The sites of a polite crawl end within a second of each other: their stop reasons,
     a read of the host, of the clock and a write each, had taken 0.22 s of 300 sites on

@@ -276,6 +276,8 @@ class CoordinatedDataManager(SQLDataManager):
         (HINT_SPARE); a lease, or a host given back, ends that."""
         self._workers_seen = 0
         """Live workers of the crawl at the last look (see _balance); 0 before it."""
+        self._looked_to_lease = False
+        """Whether this worker looked at the others right before its first lease."""
         self._released = threading.Event()
         """A host was given back since a_site_may_have_ended() last looked."""
         self._balancing = threading.Lock()
@@ -571,12 +573,13 @@ class CoordinatedDataManager(SQLDataManager):
                 if due_at(data) <= now:
                     allowed += max(0, data.max_downloads_at_time - data.in_flight)
             # This worker's part of what no worker holds yet: robots.txt files to fetch,
-            # and the hosts it will lease up to its share (one request each, at first).
-            if self._workers_seen:  # known after the first look at the others
-                allowed += -(-self._robots_pending // self._workers_seen)
-                allowed += max(0, min(self._share, self.download_slots) - len(self._held))
-            else:
-                allowed += min(self._robots_pending, 1)
+            # or the hosts it will lease up to its share (one request each, at first).
+            if not self._workers_seen:
+                self._first_look()  # the robots.txt files due at the start
+            allowed += max(
+                -(-self._robots_pending // self._workers_seen),
+                min(self._share, self.download_slots) - len(self._held),
+            )
             return DownloadDemand(in_flight, min(allowed, limit))
 
     def _threads_key(self) -> str:
@@ -647,7 +650,8 @@ class CoordinatedDataManager(SQLDataManager):
     def _lease_host(self) -> bool:
         """Lease more hosts with waiting pages (see _hosts_to_lease), in one round trip
         and one more for what is known of them; whether any was leased."""
-        if not self._workers_seen:
+        if not self._looked_to_lease:
+            self._looked_to_lease = True
             self._first_look()
         wanted = self._hosts_to_lease()
         if wanted <= 0:
@@ -716,15 +720,18 @@ class CoordinatedDataManager(SQLDataManager):
         looks (see _share_hosts) take over. Workers started together join before any
         robots.txt is answered. (Leasing one host at a time until that first look, the
         first worker up had leased 6 hosts of 8 with two others up, and handed 3 over as
-        their first pages came in.)"""
+        their first pages came in.) Also at the pool's first look at the demand, for the
+        robots.txt files due: the lease looks again, with the workers that joined since."""
         with self._reading(one_statement=True) as cur:
             cur.execute(
-                "SELECT (SELECT count(*) FROM workers), count(*) FROM hosts h "
-                f"WHERE owner <> '' OR {HAS_WAITING}"
+                "SELECT (SELECT count(*) FROM workers), "
+                f"count(*) FILTER (WHERE owner <> '' OR {HAS_WAITING}), "
+                "count(*) FILTER (WHERE robots_state = 'pending') FROM hosts h"
             )
-            workers, hosts = cur.fetchone() or (1, 0)
+            workers, hosts, robots = cur.fetchone() or (1, 0, 0)
         self._workers_seen = max(1, int(workers))
         self._share = fair_share(int(hosts), self._workers_seen)
+        self._robots_pending = int(robots)
 
     def _release_host(self, held: HeldHost) -> None:
         """Give a host back: nothing of it is in progress here (its claimed pages, if
