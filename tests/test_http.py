@@ -40,10 +40,12 @@ from webserver import (
     serving,
 )
 
+from rccrawler.config import CrawlSettings
 from rccrawler.data.sqlite import SQLiteDataManager
 from rccrawler.manager import ApplicationManager, load_settings
 from rccrawler.records import DownloadResult, FoundLink, HostData, PageData
 from rccrawler.threads.parsing import ParsingThread
+from rccrawler.web.fetch import Fetcher
 
 TESTS = Path(__file__).parent
 UA = "rccrawler-test/4.0 (+http://bot.test/about)"
@@ -275,6 +277,26 @@ def test_secure_cookies_and_referers_stay_on_https(serve, crawler, tls):
     [insecure] = plain.hits_for("s.test")
     assert cookie_names(insecure.headers["cookie"]) == {"all"}
     assert "referer" not in insecure.headers  # RFC 9110 §10.1.3: no Referer from https to http
+
+
+@needs_openssl
+def test_a_request_counts_as_sent_once_it_goes_out(serve, tls):
+    """A host's crawl delay counts from its last request's sending (on_send, which
+    calls mark_request_sent). Called before the connection was made, a host far away
+    (its TLS handshake 0.3 s) had the page that reused robots.txt's connection arrive
+    0.3 s less than the delay after robots.txt, which had waited for the handshake."""
+    context, _cafile = tls
+    server = serve({"s.test": {"/": html(), "/a": html()}}, ssl_context=context,
+                   handshake_delay=0.3)  # fmt: skip
+    client = Fetcher(CrawlSettings(resolve=server.resolve, verify_tls=False, cookies=False))
+    sent: list[float] = []
+    for path in ("/", "/a"):  # the second reuses the first's connection
+        response = client.get(
+            f"https://s.test{path}", on_send=lambda: sent.append(time.monotonic())
+        )
+        assert response.status == 200
+    [handshake] = server.handshakes
+    assert len(sent) == 2 and handshake <= sent[0] <= sent[1]
 
 
 def test_cookies_off_sends_none(serve, crawler):

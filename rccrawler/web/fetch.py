@@ -391,8 +391,18 @@ def _end_deadline(deadline: _Deadline) -> None:
     deadline.finish()
 
 
+def _request_sent() -> None:
+    """The request this thread is making went out (its first bytes, once connected):
+    call what the caller asked to be told then, once."""
+    sent: Callable[[], None] | None = getattr(_current, "on_send", None)
+    if sent is not None:
+        _current.on_send = None
+        sent()
+
+
 _current = threading.local()
-"""The deadline of the request this thread is making (read by the connections below)."""
+"""The deadline of the request this thread is making, and what to call once it is sent
+(read by the connections below)."""
 
 
 def _attach(sock: socket.socket | None) -> None:
@@ -438,6 +448,10 @@ class _GuardedMixin:
     def request(self, *args: object, **kwargs: object) -> None:
         _attach(self._guarded_sock)
         super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def send(self, data: object) -> None:
+        super().send(data)  # type: ignore[misc]
+        _request_sent()
 
 
 class _GuardedHTTPConnection(_GuardedMixin, urllib3.connection.HTTPConnection):
@@ -751,9 +765,12 @@ class Fetcher:
 
         ``address`` is the URL's host as urllib3 connects to it (``host`` is the name
         the settings know it by, its final dot dropped)."""
+        # on_send is called as the request goes out: after the name lookup, the connection
+        # and the TLS handshake (round trips to a host far away), since the host's crawl
+        # delay counts from it. Called first, it had let a request reuse the connection
+        # robots.txt opened arrive less than the delay after robots.txt itself.
+        _current.on_send = on_send
         try:
-            if on_send is not None:
-                on_send()
             mapped = self.resolve.get(f"{host}:{port}") if self.resolve else None
             if mapped is not None and not self.settings.proxy:
                 # Connect to the mapped address, but speak to the named host: Host
@@ -797,6 +814,8 @@ class Fetcher:
                 resp.release_conn()
         except Exception as exc:
             raise transport_error(exc) from exc
+        finally:
+            _request_sent()  # a request that failed before it went out counts as well
         return resp, body, truncated
 
     def download(

@@ -149,6 +149,8 @@ class SiteServer(ThreadingHTTPServer):
         ssl_context: a server-side context makes this an HTTPS server.
         timeout: socket timeout of a connection, so a client that stops reading
             or leaves a keep-alive connection open cannot hold a thread forever.
+        handshake_delay: seconds an HTTPS connection waits before its TLS handshake,
+            like a server far away (the handshake's round trips).
     """
 
     daemon_threads = True
@@ -163,10 +165,14 @@ class SiteServer(ThreadingHTTPServer):
         port: int = 0,
         ssl_context: ssl.SSLContext | None = None,
         timeout: float | None = 60.0,
+        handshake_delay: float = 0.0,
     ) -> None:
         self.sites: dict[str, Site] = {host.lower(): site for host, site in sites.items()}
         self.ssl_context = ssl_context
         self.connection_timeout = timeout
+        self.handshake_delay = handshake_delay
+        self.handshakes: list[float] = []
+        """time.monotonic() as each TLS handshake began (after ``handshake_delay``)."""
         self.hits: list[Hit] = []
         self.answers: list[Answer] = []
         """Every answer sent, in the order sent (a conditional request's 304 among them)."""
@@ -323,6 +329,10 @@ class SiteServer(ThreadingHTTPServer):
             return
         # The TLS handshake runs here, in the connection's thread, so a slow or
         # failing client cannot stall the accept loop.
+        if self.handshake_delay and not self._sleep(self.handshake_delay):
+            return
+        with self._lock:
+            self.handshakes.append(time.monotonic())
         try:
             request.settimeout(self.connection_timeout)
             tls = self.ssl_context.wrap_socket(request, server_side=True)
