@@ -1,7 +1,7 @@
 """A polite crawl of many slow sites: how close each crawler comes to the politeness limit.
 
     python benchmarks/polite_many.py [--hosts 300] [--pages 20] [--latency 0.3]
-        [--delay 1.0] [--runs 3] [--fixed N] [--no-scrapy]
+        [--delay 1.0] [--runs 3] [--fixed N] [--no-scrapy] [--https HANDSHAKE]
         [--postgresql URL [--workers 3] [--only-postgresql]]
 
 The web's real shape, on loopback: ``--hosts`` virtual hosts of the tests' loopback
@@ -11,6 +11,12 @@ late. Every crawler is polite alike: one request at a time per host, ``--delay``
 between two, robots.txt obeyed. A host then takes at least ``pages × delay + latency``
 seconds (robots.txt at 0, a page every delay after it, the last one answered latency
 later): the **politeness limit**, which nothing polite beats, whatever the machine.
+
+With ``--https HANDSHAKE`` the sites are served over TLS (a self-signed certificate, not
+verified), each new connection waiting HANDSHAKE seconds before its handshake, like a
+host far away; a column then counts the TLS handshakes of each run: a new connection for
+a request, where one per host would do, costs the host a handshake and the crawl its
+round trips.
 
 Rows, run in turn (A B C A B C …) so a slow moment hits all alike:
 
@@ -32,6 +38,7 @@ with their range (min–max), the median against the limit, the pages crawled, a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib.util
@@ -45,11 +52,13 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from common import vm_hwm_kb
 from support.loopback import TEXT, Resource, serve_sites
 from support.sites import GeneratedSite
+from webserver import make_tls_context
 
 from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
@@ -83,6 +92,8 @@ class Run:
     cpu_s: float
     """The crawler's own CPU seconds (user + system): what the machine's load does not
     change much, unlike the wall time on a shared machine."""
+    handshakes: int = 0
+    """TLS handshakes the server made during the run (``--https``)."""
 
 
 def children_cpu() -> float:
@@ -125,9 +136,11 @@ def rccrawler_run(folder: Path, hosts: list[str], resolve: dict[str, str],
     """One fresh crawl by rccrawler with ``threads`` (None: the default, no key), its
     state in SQLite, or in ``storage`` (a PostgreSQL URL) shared by ``workers``."""
     raw: dict[str, object] = {
-        "sites": hosts, "state_dir": "state", "output_dir": "output",
+        "sites": [f"https://{host}/" for host in hosts] if args.https is not None else hosts,
+        "state_dir": "state", "output_dir": "output",
         "crawl": {"crawl_delay_ms": args.delay * 1000, "max_downloads_at_time": 1,
-                  "resolve": resolve, "sitemaps": False, "timeout_s": 30},
+                  "resolve": resolve, "sitemaps": False, "timeout_s": 30,
+                  "verify_tls": args.https is None},
     }  # fmt: skip
     if threads is not None:
         raw["threads"] = threads
@@ -177,6 +190,8 @@ def main() -> int:
     parser.add_argument("--fixed", type=int, help="the fixed pool (default: one per host)")
     parser.add_argument("--no-scrapy", action="store_true", help="leave Scrapy out")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a crawl may take")
+    parser.add_argument("--https", type=float, metavar="HANDSHAKE",
+                        help="serve the sites over TLS, each handshake this late")  # fmt: skip
     parser.add_argument("--postgresql", metavar="URL", default="",
                         help="rows with the state in this PostgreSQL database: one worker, "
                              "and --workers of them")  # fmt: skip
@@ -192,11 +207,14 @@ def main() -> int:
     limit = args.pages * args.delay + args.latency
     scrapy = not args.no_scrapy and importlib.util.find_spec("scrapy") is not None
     load_before = load()
-    with (
-        serve_sites({host: SlowSite(host, args.pages, args.latency) for host in hosts}) as server,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
+        tls: dict[str, Any] = {}
+        if args.https is not None:
+            context, _cert = make_tls_context(folder, tuple(hosts))
+            tls = {"ssl_context": context, "handshake_delay": args.https}
+        sites = {host: SlowSite(host, args.pages, args.latency) for host in hosts}
+        server = stack.enter_context(serve_sites(sites, **tls))
         rows: dict[str, Callable[[], Run]] = {
             "rccrawler, default settings": lambda: rccrawler_run(
                 folder, hosts, server.resolve, args, None
@@ -218,7 +236,7 @@ def main() -> int:
                 del rows[f"rccrawler, threads: {{downloading: {args.fixed}}}"]
                 scrapy = False
         if scrapy:
-            urls = [f"http://{host}:{server.server_port}/" for host in hosts]
+            urls = [f"{server.scheme}://{host}:{server.server_port}/" for host in hosts]
             label = (f"Scrapy, CONCURRENT_REQUESTS: {args.fixed}, 1 per domain, "
                      f"DOWNLOAD_DELAY: {args.delay:g}")  # fmt: skip
             rows[label] = lambda: scrapy_run(folder, urls, args)
@@ -227,26 +245,31 @@ def main() -> int:
         for index in range(args.runs):
             # A B C, then B C A...: no row always runs first after the pause between runs.
             for label in labels[index % len(labels) :] + labels[: index % len(labels)]:
-                results[label].append(rows[label]())
-                run = results[label][-1]
+                before = len(server.handshakes)
+                run = rows[label]()
+                run.handshakes = len(server.handshakes) - before
+                results[label].append(run)
                 print(f"  run {index + 1}: {label}: {run.seconds:.1f} s, CPU {run.cpu_s:.1f} s,"
                       f" load {load():.1f}", file=sys.stderr, flush=True)  # fmt: skip
     print(f"{args.hosts} hosts × {args.pages} pages, latency {args.latency:g} s, delay "
           f"{args.delay:g} s: politeness limit {limit:.1f} s; {args.runs} runs each, "
           f"interleaved; load {load_before:.2f} before, {load():.2f} after "
           f"({os.cpu_count()} CPUs)\n")  # fmt: skip
+    shake = " TLS handshakes |" if args.https is not None else ""
     print("| run | seconds, median (min–max) | against the limit | CPU s, median (min–max) "
-          "| pages | peak RSS |")  # fmt: skip
-    print("|---|--:|--:|--:|--:|--:|")
+          f"| pages | peak RSS |{shake}")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|" + ("--:|" if shake else ""))
     for label, runs in results.items():
         seconds = [run.seconds for run in runs]
         median = statistics.median(seconds)
         rss = statistics.median(run.peak_rss_mb for run in runs)
         cpu = [run.cpu_s for run in runs]
         against = f"{median / limit:.2f}×" if limit else "no limit"  # no latency, no delay
+        handshakes = statistics.median(run.handshakes for run in runs)
         print(f"| {label} | {median:.1f} s ({min(seconds):.1f}–{max(seconds):.1f}) | "
               f"{against} | {statistics.median(cpu):.1f} ({min(cpu):.1f}–"
-              f"{max(cpu):.1f}) | {runs[0].pages} | {rss:.0f} MB |")  # fmt: skip
+              f"{max(cpu):.1f}) | {runs[0].pages} | {rss:.0f} MB |"
+              + (f" {handshakes:.0f} |" if shake else ""))  # fmt: skip
     return 0
 
 

@@ -243,6 +243,8 @@ def machine_limits() -> dict[str, int]:
 
     * threads: each one may hold a socket and a file, so at most a quarter of the open
       file limit, and never more than 4096 (each reserves a stack);
+    * hosts_kept: hosts whose connection stays open between two of their requests (a
+      polite crawl asks each of its hosts every second or so), another quarter;
     * ``max_body_bytes``: every downloading thread may hold one body at once, so one body
       may use at most a sixteenth of the physical memory.
     """
@@ -254,7 +256,12 @@ def machine_limits() -> dict[str, int]:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         memory = 4 * 2**30
-    return {"threads": max(4, min(4096, files // 4)), "max_body_bytes": max(2**20, memory // 16)}
+    quarter = files // 4
+    return {
+        "threads": max(4, min(4096, quarter)),
+        "hosts_kept": max(64, quarter),
+        "max_body_bytes": max(2**20, memory // 16),
+    }
 
 
 _TOP_KEYS = {
