@@ -715,6 +715,7 @@ class ApplicationManager:
                         ended[host.host] = reason
             if ended:
                 self.data.set_stop_reasons(ended)
+                self.context.fetcher.forget_hosts(ended)
                 for host_name, reason in ended.items():
                     logger.info("site %s finished: %s", host_name, reason)
                 started = time.monotonic()

@@ -334,6 +334,30 @@ def test_every_tls_connection_shares_one_context(serve, tls):
     assert len({id(conn.sock.context) for conn in kept}) == 1
 
 
+@needs_openssl
+def test_the_connections_of_hosts_the_crawl_is_done_with_are_closed(serve, tls):
+    """Kept until evicted, a crawl of 1,000 HTTPS sites of 4 requests held an idle
+    connection for each to its end, about 90 KB apiece (227 MB against 137): the
+    manager has the fetcher forget the hosts of the sites that ended."""
+    context, _cafile = tls
+    hosts = ("a.test", "b.test")
+    server = serve({host: {"/": html()} for host in hosts}, ssl_context=context)
+    client = Fetcher(CrawlSettings(resolve=server.resolve, verify_tls=False, cookies=False))
+
+    def kept() -> list[str]:
+        pools = [client.pool.pools[key] for key in client.pool.pools.keys()]  # noqa: SIM118
+        return sorted(str(pool.conn_kw.get("server_hostname")) for pool in pools
+                      if any(pool.pool.queue))  # fmt: skip
+
+    for host in hosts:
+        assert client.get(f"https://{host}/").status == 200
+    assert kept() == ["a.test", "b.test"]
+    client.forget_hosts(["a.test"])
+    assert kept() == ["b.test"]
+    assert client.get("https://a.test/").status == 200  # connects anew
+    assert len(server.handshakes) == 3 and kept() == ["a.test", "b.test"]
+
+
 def test_cookies_off_sends_none(serve, crawler):
     server = serve({"a.test": {
         "/": setting_cookies(html("/a"), "id=1"), "/a": html(),
