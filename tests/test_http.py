@@ -336,9 +336,9 @@ def test_every_tls_connection_shares_one_context(serve, tls):
 
 @needs_openssl
 def test_the_connections_of_hosts_the_crawl_is_done_with_are_closed(serve, tls):
-    """Kept until evicted, a crawl of 1,000 HTTPS sites of 4 requests held an idle
-    connection for each to its end, about 90 KB apiece (227 MB against 137): the
-    manager has the fetcher forget the hosts of the sites that ended."""
+    """An idle TLS connection holds about 90 KB; kept until evicted, a long crawl would
+    hold one for every site it had crawled: the manager has the fetcher forget the
+    hosts of the sites that ended."""
     context, _cafile = tls
     hosts = ("a.test", "b.test")
     server = serve({host: {"/": html()} for host in hosts}, ssl_context=context)
