@@ -574,12 +574,16 @@ class CoordinatedDataManager(SQLDataManager):
                     allowed += max(0, data.max_downloads_at_time - data.in_flight)
             # This worker's part of what no worker holds yet: robots.txt files to fetch,
             # or the hosts it will lease up to its share (one request each, at first).
-            if not self._workers_seen:
-                self._first_look()  # the robots.txt files due at the start
-            allowed += max(
-                -(-self._robots_pending // self._workers_seen),
-                min(self._share, self.download_slots) - len(self._held),
-            )
+            if not self._workers_seen and self._away_since is None:
+                with contextlib.suppress(Conflict, StateError):  # the lease looks again
+                    self._first_look()  # the robots.txt files due at the start
+            if self._workers_seen:
+                allowed += max(
+                    -(-self._robots_pending // self._workers_seen),
+                    min(self._share, self.download_slots) - len(self._held),
+                )
+            else:
+                allowed += min(self._robots_pending, 1)
             return DownloadDemand(in_flight, min(allowed, limit))
 
     def _threads_key(self) -> str:
