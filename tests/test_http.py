@@ -279,6 +279,12 @@ def test_secure_cookies_and_referers_stay_on_https(serve, crawler, tls):
     assert "referer" not in insecure.headers  # RFC 9110 §10.1.3: no Referer from https to http
 
 
+def idle_connections(client: Fetcher) -> list[Any]:
+    """The connections ``client`` keeps open between requests, of every host's pool."""
+    pools = client.pool.pools  # urllib3's container: keys(), and no iteration
+    return [conn for key in pools.keys() for conn in list(pools[key].pool.queue) if conn]  # noqa: SIM118
+
+
 @needs_openssl
 def test_a_request_counts_as_sent_once_it_goes_out(serve, tls):
     """A host's crawl delay counts from its last request's sending (on_send, which
@@ -328,8 +334,7 @@ def test_every_tls_connection_shares_one_context(serve, tls):
     client = Fetcher(CrawlSettings(resolve=server.resolve, verify_tls=False, cookies=False))
     for host in hosts:
         assert client.get(f"https://{host}/").status == 200
-    pools = [client.pool.pools[key] for key in client.pool.pools.keys()]  # noqa: SIM118 (no iter)
-    kept = [conn for pool in pools for conn in list(pool.pool.queue) if conn]
+    kept = idle_connections(client)
     assert len(kept) == len(hosts)  # each host's connection, open and idle
     assert len({id(conn.sock.context) for conn in kept}) == 1
 
@@ -345,9 +350,7 @@ def test_the_connections_of_hosts_the_crawl_is_done_with_are_closed(serve, tls):
     client = Fetcher(CrawlSettings(resolve=server.resolve, verify_tls=False, cookies=False))
 
     def kept() -> list[str]:
-        pools = [client.pool.pools[key] for key in client.pool.pools.keys()]  # noqa: SIM118
-        return sorted(str(pool.conn_kw.get("server_hostname")) for pool in pools
-                      if any(pool.pool.queue))  # fmt: skip
+        return sorted(str(conn.server_hostname) for conn in idle_connections(client))
 
     for host in hosts:
         assert client.get(f"https://{host}/").status == 200

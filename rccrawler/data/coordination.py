@@ -178,7 +178,8 @@ def host_takes(held: HeldHost) -> int:
 
 def fair_share(hosts: int, workers: int) -> int:
     """Hosts each of ``workers`` holds at most when ``hosts`` with work are shared out
-    evenly (rounded up): what a worker leases up to at once, and hands over beyond."""
+    evenly (rounded up): what a worker leases up to at once, and hands over beyond; and
+    its part of the hosts whose robots.txt is due (the pool's demand)."""
     return -(-hosts // max(1, workers))
 
 
@@ -579,7 +580,7 @@ class CoordinatedDataManager(SQLDataManager):
                     self._first_look()  # the robots.txt files due at the start
             if self._workers_seen:
                 allowed += max(
-                    -(-self._robots_pending // self._workers_seen),
+                    fair_share(self._robots_pending, self._workers_seen),
                     min(self._share, self.download_slots) - len(self._held),
                 )
             else:

@@ -623,10 +623,10 @@ class Fetcher:
         context = create_urllib3_context(
             cert_reqs=ssl.CERT_REQUIRED if settings.verify_tls else ssl.CERT_NONE
         )
+        pool_kwargs["ssl_context"] = context
         if settings.verify_tls:
             context.load_default_certs()
-        pool_kwargs["ssl_context"] = context
-        if not settings.verify_tls:
+        else:
             pool_kwargs["cert_reqs"] = "CERT_NONE"
             pool_kwargs["assert_hostname"] = False
             # The user asked for it once in settings.yaml; urllib3 would warn on every request.
