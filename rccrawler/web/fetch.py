@@ -17,6 +17,7 @@ import urllib.request
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from http.client import RemoteDisconnected
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -435,6 +436,8 @@ class _GuardedMixin:
     """
 
     _guarded_sock: socket.socket | None = None
+    _answered_on: socket.socket | None = None
+    """The socket a request of this connection last went out on."""
 
     @property
     def sock(self) -> socket.socket | None:
@@ -449,7 +452,11 @@ class _GuardedMixin:
 
     def request(self, *args: object, **kwargs: object) -> None:
         _attach(self._guarded_sock)
+        # Kept alive: an earlier request went out on this very socket (a new one is
+        # connected here, or for TLS just before).
+        _current.reused = self._guarded_sock is not None and self._guarded_sock is self._answered_on
         super().request(*args, **kwargs)  # type: ignore[misc]
+        self._answered_on = self._guarded_sock
 
     def send(self, data: object) -> None:
         super().send(data)  # type: ignore[misc]
@@ -476,6 +483,22 @@ _GUARDED_POOLS = {"http": _GuardedHTTPConnectionPool, "https": _GuardedHTTPSConn
 
 _NO_RETRIES = Retry(total=False, redirect=False)
 """What urllib3 makes of ``retries=False`` on every call, made once (it is immutable)."""
+
+KEPT_ALIVE_TRIES = 3
+"""Times a request is sent at most while each try fails on a kept-alive connection that
+the server closed unanswered (see Fetcher._open)."""
+
+_CLOSED_UNANSWERED = (RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                      ConnectionAbortedError)  # fmt: skip
+"""What a connection closed by its server before any answer raises (urllib3 wraps it in
+a ProtocolError)."""
+
+
+def closed_unanswered(exc: Exception) -> bool:
+    """Whether ``exc`` is the connection closing before any byte of an answer came."""
+    return isinstance(exc, ProtocolError) and any(
+        isinstance(arg, _CLOSED_UNANSWERED) for arg in exc.args
+    )
 
 
 UNREACHABLE_KINDS = frozenset({"dns", "connection_refused"})
@@ -814,16 +837,7 @@ class Fetcher:
                 # What PoolManager.urlopen would do, from the URL already split: it
                 # would parse the URL again, for its pool and for the target.
                 conn = self._connection_pool(address, port, scheme)
-            if conn is None:
-                resp = self.pool.urlopen(
-                    method, url, headers=headers, redirect=False, retries=_NO_RETRIES,
-                    preload_content=False, timeout=self.timeout,
-                )  # fmt: skip
-            else:
-                resp = conn.urlopen(
-                    method, target, headers=headers, redirect=False, retries=_NO_RETRIES,
-                    preload_content=False, assert_same_host=False, timeout=self.timeout,
-                )  # fmt: skip
+            resp = self._open(conn, method, url, target, headers)
             truncated = False
             try:
                 # One read of at most max_bytes + 1 decoded bytes: the whole of an
@@ -842,6 +856,43 @@ class Fetcher:
         finally:
             _request_sent()  # a request that failed before it went out counts as well
         return resp, body, truncated
+
+    def _open(
+        self, conn: urllib3.HTTPConnectionPool | None, method: str, url: str, target: str,
+        headers: dict[str, str],
+    ) -> urllib3.BaseHTTPResponse:  # fmt: skip
+        """Send the request (through ``conn``'s pool, or the manager's) until its answer
+        starts; again, on another connection, if a kept-alive one turns out closed.
+
+        A server closes an idle connection when its keep-alive timeout runs out; a
+        request sent as its close is on the way (a round trip's window) finds it closed
+        with no answer. The request never reached the site, and curl and browsers send
+        it again at once; this failed the page, retried much later as a connection
+        error. Only GET and HEAD are sent, and only a kept-alive connection is tried
+        again: a new connection closed unanswered is the server's answer, as is a
+        request deadline run out.
+        """
+        tries_left = KEPT_ALIVE_TRIES
+        while True:
+            tries_left -= 1
+            _current.reused = False
+            try:
+                if conn is None:
+                    return self.pool.urlopen(
+                        method, url, headers=headers, redirect=False, retries=_NO_RETRIES,
+                        preload_content=False, timeout=self.timeout,
+                    )  # fmt: skip
+                return conn.urlopen(
+                    method, target, headers=headers, redirect=False, retries=_NO_RETRIES,
+                    preload_content=False, assert_same_host=False, timeout=self.timeout,
+                )  # fmt: skip
+            except ProtocolError as exc:
+                deadline: _Deadline | None = getattr(_current, "deadline", None)
+                expired = deadline is not None and deadline.expired
+                if not (tries_left and _current.reused and closed_unanswered(exc)) or expired:
+                    raise
+                logger.debug("%s: the kept-alive connection was closed unanswered; "
+                             "sent again", url)  # fmt: skip
 
     def download(
         self,
