@@ -702,6 +702,7 @@ class CoordinatedDataManager(SQLDataManager):
                 (names,),
             )
             known = cur.fetchall()
+            hashes = self._read_hashes(cur, names, known)
             if not self._deep_links:
                 cur.execute("SELECT EXISTS (SELECT 1 FROM deep_links WHERE host = ANY(%s))",
                             (names,))  # fmt: skip
@@ -713,11 +714,40 @@ class CoordinatedDataManager(SQLDataManager):
             data.in_flight = 0
             self._awake[data.host] = None
             self._held[data.host] = HeldHost(
-                data, int(admitted), budget_hit=bool(row[-3]), hashes=None if bodies else {}
-            )
+                data, int(admitted), budget_hit=bool(row[-3]),
+                hashes=hashes.get(data.host) if bodies else {},
+            )  # fmt: skip
+            self._hashes_kept += len(hashes.get(data.host, ()))
             logger.debug("leased %s", data.host)
         self._publish_spare()
         return True
+
+    def _read_hashes(
+        self, cur: Cursor, names: Sequence[str], known: Sequence[tuple[int, bool]]
+    ) -> dict[str, dict[str, PageId]]:
+        """The hashes of the bodies stored so far of the leased hosts that have some, as
+        far as they fit in ``hashes_kept`` (lock held), read in one round trip: each
+        download's duplicate check then needs no query. (A host taken over, or leased
+        again on resume, had asked the database once a page, under this worker's lock:
+        81 queries in the last 0.6 s of ``scale_out.py``'s 3 workers.) The first page of
+        each hash is the one the query would find: the lowest id not a duplicate."""
+        room = self.hashes_kept - self._hashes_kept
+        wanted: list[str] = []
+        for name, (admitted, bodies) in zip(names, known, strict=True):
+            if bodies and int(admitted) <= room:  # admitted pages bound their bodies
+                wanted.append(name)
+                room -= int(admitted)
+        if not wanted:
+            return {}
+        cur.execute(
+            "SELECT host, content_hash, min(id) FROM pages WHERE host = ANY(%s) "
+            "AND content_hash > '' AND replace_id IS NULL GROUP BY host, content_hash",
+            (wanted,),
+        )
+        hashes: dict[str, dict[str, PageId]] = {name: {} for name in wanted}
+        for host, content_hash, first in cur.fetchall():
+            hashes[host][content_hash] = PageId(first)
+        return hashes
 
     def _first_look(self) -> None:
         """Before this worker's first lease (lock held): the workers of the crawl, and so
