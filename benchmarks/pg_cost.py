@@ -1,6 +1,7 @@
 """What a page of one worker's crawl costs the PostgreSQL server, against SQLite storage.
 
     python benchmarks/pg_cost.py [--site postgres] [--rounds 3] [--top 12] [--no-count]
+                                  [--resumed]
 
 Issue 41: the PostgreSQL docs served by nginx on loopback (as ``crawl_bench.py`` serves
 them), one worker, 8 downloading threads, no delay, crawled with its state in SQLite
@@ -18,7 +19,11 @@ medians with their range:
   statements a page (each Execute or simple Query) and the round trips a page (each
   time a connection's client speaks again after the server answered), over all the
   worker's connections, and the statements a page of the most frequent kinds. The
-  proxy's own latency slows that crawl down, so it is not timed.
+  proxy's own latency slows that crawl down, so it is not timed;
+* with ``--resumed``, the same counts for a crawl stopped at half the site
+  (``crawl.max_pages``) and resumed to its end, counted over the resumed run: what a
+  page costs once its host has bodies stored, as after a resume or a host another
+  worker held.
 
 To compare two versions, run it with ``PYTHONPATH=OTHER_CHECKOUT`` in turn: the crawls
 run ``python -m rccrawler`` with this interpreter and inherit it.
@@ -27,11 +32,13 @@ run ``python -m rccrawler`` with this interpreter and inherit it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from crawl_bench import SITES, Nginx, crawl_ours, warm_page_cache
+from common import write_settings
+from crawl_bench import SITES, Nginx, crawl_ours, rccrawler_command, warm_page_cache
 
 from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
@@ -330,6 +338,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed pairs (0: only count)")
     parser.add_argument("--top", type=int, default=12, help="kinds of statement listed")
     parser.add_argument("--no-count", action="store_true", help="no crawl through the proxy")
+    parser.add_argument("--resumed", action="store_true",
+                        help="count a resumed crawl's statements too")  # fmt: skip
     args = parser.parse_args()
     site = SITES[args.site]
     warm_page_cache(site.root)
@@ -343,8 +353,41 @@ def main() -> int:
             folder = Path(tmp) / f"counted-{uuid.uuid4().hex[:8]}"
             folder.mkdir()
             _wall, _cpu, pages = crawl(url, folder, wire.url, "rccrawler-bench-counted")
-    print_counts(wire, pages, args.top)
+        print_counts(wire, pages, args.top)
+        if args.resumed:
+            folder = Path(tmp) / f"resumed-{uuid.uuid4().hex[:8]}"
+            folder.mkdir()
+            resumed, pages = counted_resume(url, folder, pages)
+            print(f"\nresumed at half the site ({pages} pages in the resumed run):")
+            print_counts(resumed, pages, args.top)
     return 0
+
+
+def counted_resume(url: str, folder: Path, pages: int) -> tuple[WireCounter, int]:
+    """A crawl stopped at half the site's ``pages`` by ``crawl.max_pages``, then resumed
+    to its end, the resumed run through a WireCounter: its counter, and the pages the
+    resumed run fetched."""
+    done: list[int] = []
+    storage = ""
+    try:
+        for limit in (pages // 2, 0):
+            with WireCounter() as wire:
+                storage = wire.url
+                config = write_settings(folder, [url], storage=wire.url, obey_robots=True,
+                                        max_depth=1000, max_pages=limit)  # fmt: skip
+                again = [] if done else ["--fresh"]
+                command = [*rccrawler_command(), "--config", str(config), "--no-tui", "-q"]
+                with (folder / "crawler.out").open("ab") as out:
+                    code = subprocess.run([*command, *again], stdout=out, stderr=out).returncode
+                if code != 0:
+                    sys.exit(f"pg_cost: the crawl failed; see {folder / 'crawler.out'}")
+                report = json.loads((folder / "output" / "report.json").read_text())
+                (site,) = report["sites"].values()
+                done.append(int(site["pages_done"]))
+        return wire, done[1] - done[0]
+    finally:
+        if storage:
+            discard_storage(load_settings(folder / "settings.yaml")[1])
 
 
 def timed_pairs(url: str, tmp: Path, rounds: int, title: str) -> None:
