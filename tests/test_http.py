@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import socketserver
+import ssl
 import struct
 import subprocess
 import sys
@@ -366,55 +367,67 @@ def test_the_connections_of_hosts_the_crawl_is_done_with_are_closed(serve, tls):
 
 @contextlib.contextmanager
 def keep_alive_server(
-    close_unanswered: Callable[[int, int], bool],
+    close_unanswered: Callable[[int, int], bool], tls: ssl.SSLContext | None = None
 ) -> Iterator[tuple[Fetcher, list[tuple[int, int, str]]]]:
-    """A raw HTTP/1.1 server that keeps connections alive, and a client of it (k.test):
-    the ``n``-th request of connection ``c`` (both from 1) is answered, unless
-    ``close_unanswered(c, n)``: the connection is then closed with no answer, as a
-    server does whose keep-alive timeout ran out as the request came. Yields the
-    client and the server's log, (connection, request, "answered" or "closed")."""
+    """A raw HTTP/1.1 server that keeps connections alive (over TLS with ``tls``), and a
+    client of it (s.test): the ``n``-th request of connection ``c`` (both from 1) is
+    answered, unless ``close_unanswered(c, n)``: the connection is then closed with no
+    answer, as a server does whose keep-alive timeout ran out as the request came.
+    Yields the client and the server's log, (connection, request, "answered" or
+    "closed")."""
     log: list[tuple[int, int, str]] = []
     accepted = itertools.count(1)
 
+    def talk(conn: socket.socket, number: int, stop: threading.Event) -> None:
+        buffer = b""
+        for n in itertools.count(1):
+            while b"\r\n\r\n" not in buffer and not stop.is_set():
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return  # the client closed it
+                buffer += chunk
+            if stop.is_set():
+                return  # the test is over
+            buffer = buffer.split(b"\r\n\r\n", 1)[1]
+            if close_unanswered(number, n):
+                log.append((number, n, "closed"))
+                return
+            log.append((number, n, "answered"))  # before the client can read it
+            body = f"connection {number} request {n}".encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+
     def answer(conn: socket.socket, stop: threading.Event) -> None:
-        number, buffer = next(accepted), b""
+        number = next(accepted)
         with contextlib.suppress(OSError), conn:
             conn.settimeout(5)
-            for n in itertools.count(1):
-                while b"\r\n\r\n" not in buffer and not stop.is_set():
-                    chunk = conn.recv(4096)
-                    if not chunk:
-                        return  # the client closed it
-                    buffer += chunk
-                buffer = buffer.split(b"\r\n\r\n", 1)[1]
-                if close_unanswered(number, n):
-                    log.append((number, n, "closed"))
-                    return
-                body = f"connection {number} request {n}".encode()
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
-                log.append((number, n, "answered"))
+            if tls is None:
+                talk(conn, number, stop)
+                return
+            with tls.wrap_socket(conn, server_side=True) as wrapped:
+                talk(wrapped, number, stop)
 
     with tcp_server(answer) as port:
-        client = Fetcher(CrawlSettings(resolve={"k.test:80": f"127.0.0.1:{port}"}, cookies=False))
+        where = {f"s.test:{443 if tls else 80}": f"127.0.0.1:{port}"}
+        client = Fetcher(CrawlSettings(resolve=where, verify_tls=False, cookies=False))
         try:
             yield client, log
         finally:
             client.close()
 
 
-def test_a_request_on_a_kept_alive_connection_its_server_closed_is_sent_again():
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_request_on_a_kept_alive_connection_its_server_closed_is_sent_again(scheme, request):
     """A server closes an idle connection as its keep-alive timeout runs out; a request
     sent as that close is on its way finds the connection closed, unanswered (at a crawl
     delay near the timeout, Apache's 5 s, that is a request in many). It never reached
     the site: it is sent again at once on a new connection, as curl and browsers do,
     where it had failed the page as a connection error."""
-    with keep_alive_server(lambda connection, request: (connection, request) == (1, 2)) as (
-        client, log,
-    ):  # fmt: skip
-        assert client.get("http://k.test/a").body == b"connection 1 request 1"
+    context = request.getfixturevalue("tls")[0] if scheme == "https" else None
+    with keep_alive_server(lambda c, n: (c, n) == (1, 2), context) as (client, log):
+        assert client.get(f"{scheme}://s.test/a").body == b"connection 1 request 1"
         sent: list[str] = []
-        again = client.get("http://k.test/b", on_send=lambda: sent.append("sent"))
+        again = client.get(f"{scheme}://s.test/b", on_send=lambda: sent.append("sent"))
         assert again.status == 200 and again.body == b"connection 2 request 1"
         assert log == [(1, 1, "answered"), (1, 2, "closed"), (2, 1, "answered")]
         assert sent == ["sent"]  # the host's delay counts from the first sending
@@ -425,7 +438,7 @@ def test_a_new_connection_closed_unanswered_is_not_sent_again():
     answer, not a race: the request fails, once, and the site sees it once."""
     with keep_alive_server(lambda connection, request: True) as (client, log):
         with pytest.raises(FetchError) as failed:
-            client.get("http://k.test/")
+            client.get("http://s.test/")
         assert failed.value.kind == "connection"
         assert log == [(1, 1, "closed")]
 
