@@ -7,6 +7,7 @@ and generated sites (``support.loopback``, ``support.sites``), which ship in no 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,14 @@ def write_settings(
     path = folder / "settings.yaml"
     path.write_text(yaml.safe_dump(settings), encoding="utf-8")
     return path
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
+    """The median and the range of ``values`` (times ``scale``): ``1.23 (1.10–1.40)``."""
+    return (
+        f"{statistics.median(values) * scale:.{digits}f} "
+        f"({min(values) * scale:.{digits}f}–{max(values) * scale:.{digits}f})"
+    )
 
 
 def vm_hwm_kb(pid: int | str) -> int:

@@ -37,8 +37,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import common  # noqa: F401  (puts tests/ on sys.path for support.*)
 import yaml
+from common import spread  # (and tests/ on sys.path for support.*)
 from support.loopback import serve_sites
 from support.sites import generated_site
 
@@ -173,18 +173,15 @@ def main() -> int:
                                                   f"{k} {v[-1]:.0f}" for k, v in rows.items()),
                   flush=True)  # fmt: skip
 
-    def spread(values: list[float], digits: int = 0) -> str:
-        return (f"{statistics.median(values):.{digits}f} "
-                f"({min(values):.{digits}f}–{max(values):.{digits}f})")  # fmt: skip
-
     print(f"\n{args.hosts} hosts x {args.pages} pages, server keep-alive {args.keep_alive} s, "
           f"{args.one_way * 1000:.0f} ms each way, crawl delay {delay:.2f} s, politeness "
           f"limit {limit:.2f} s; medians of {args.runs} runs (range)")  # fmt: skip
     print("| wall s | against the limit | requests sent | answered | connections | pages |")
     print("|---|---:|---|---|---|---|")
-    print(f"| {spread(rows['wall'], 2)} | {statistics.median(rows['wall']) / limit:.2f}× | "
-          f"{spread(rows['sent'])} | {spread(rows['answered'])} | "
-          f"{spread(rows['connections'])} | {spread(rows['pages'])} |")  # fmt: skip
+    counts = " | ".join(spread(rows[key], digits=0)
+                        for key in ("sent", "answered", "connections", "pages"))  # fmt: skip
+    against = statistics.median(rows["wall"]) / limit
+    print(f"| {spread(rows['wall'])} | {against:.2f}× | {counts} |")
     return 0
 
 

@@ -36,7 +36,6 @@ import json
 import os
 import re
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from common import write_settings
+from common import spread, write_settings
 from crawl_bench import SITES, Nginx, crawl_ours, rccrawler_command, warm_page_cache
 
 from rccrawler.data.storage import discard_storage
@@ -311,13 +310,6 @@ def crawl(
     if measure.exit_code != 0:
         sys.exit(f"pg_cost: the crawl failed ({note}); see {folder / 'crawler.out'}")
     return measure.seconds, measure.cpu_s, pages
-
-
-def spread(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
-    return (
-        f"{statistics.median(values) * scale:.{digits}f} "
-        f"({min(values) * scale:.{digits}f}–{max(values) * scale:.{digits}f})"
-    )
 
 
 def kind_of(text: str) -> str:
