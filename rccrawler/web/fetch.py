@@ -436,7 +436,7 @@ class _GuardedMixin:
     """
 
     _guarded_sock: socket.socket | None = None
-    _answered_on: socket.socket | None = None
+    _sent_on: socket.socket | None = None
     """The socket a request of this connection last went out on."""
 
     @property
@@ -454,9 +454,9 @@ class _GuardedMixin:
         _attach(self._guarded_sock)
         # Kept alive: an earlier request went out on this very socket (a new one is
         # connected here, or for TLS just before).
-        _current.reused = self._guarded_sock is not None and self._guarded_sock is self._answered_on
+        _current.reused = self._guarded_sock is not None and self._guarded_sock is self._sent_on
         super().request(*args, **kwargs)  # type: ignore[misc]
-        self._answered_on = self._guarded_sock
+        self._sent_on = self._guarded_sock
 
     def send(self, data: object) -> None:
         super().send(data)  # type: ignore[misc]
