@@ -41,47 +41,30 @@ import yaml
 from common import spread  # (and tests/ on sys.path for support.*)
 from support.loopback import serve_sites
 from support.sites import generated_site
+from support.tcpforward import TcpForwarder
 
 
-class DelayingProxy:
-    """A loopback TCP proxy to ``upstream`` that delivers every byte, and each end's
-    close, ``one_way`` seconds after it came: a link with a round trip of twice that."""
+class DelayingForwarder(TcpForwarder):
+    """The tests' TCP forwarder, delivering every byte, and each end's close, ``one_way``
+    seconds after it came: a link with a round trip of twice that. Counts the requests
+    the crawler sent (each ``GET`` that came from a client)."""
 
-    def __init__(self, upstream: tuple[str, int], one_way: float) -> None:
-        self.upstream = upstream
+    def __init__(self, target: tuple[str, int], one_way: float) -> None:
         self.one_way = one_way
-        self.connections = 0
         self.requests = 0
-        """Requests the crawler sent (each ``GET`` that came from a client)."""
         self._count = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.1)
-        self.port = self._listener.getsockname()[1]
-        self._closed = threading.Event()
+        super().__init__(target)  # starts accepting
 
-    def __enter__(self) -> DelayingProxy:
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
+    def _pump(self, pair: tuple[socket.socket, socket.socket]) -> None:
+        client, server = pair
+        threading.Thread(target=self._delay, args=(server, client, False), daemon=True).start()
+        self._delay(client, server, True)
 
-    def __exit__(self, *exc: object) -> None:
-        self._closed.set()
-        self._listener.close()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            server = socket.create_connection(self.upstream)
-            for source, target in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, target, source is client),
-                                 daemon=True).start()  # fmt: skip
-
-    def _pump(self, source: socket.socket, target: socket.socket, asking: bool) -> None:
+    def _delay(self, source: socket.socket, target: socket.socket, asking: bool) -> None:
         """Read from ``source`` and write each piece to ``target`` once it is due; an
-        end of stream becomes a shutdown of ``target``'s sending side, a reset a close."""
+        end of stream becomes a shutdown of ``target``'s sending side, a reset a close
+        (the forwarder's close() cuts what is left)."""
+        source.settimeout(None)
         pieces: list[tuple[float, bytes]] = []
         ready = threading.Condition()
 
@@ -138,12 +121,16 @@ def crawl(folder: Path, hosts: list[str], port: int, delay: float) -> tuple[floa
 
 
 @contextlib.contextmanager
-def served(args: argparse.Namespace, hosts: list[str]) -> Iterator[tuple[DelayingProxy, object]]:
+def served(
+    args: argparse.Namespace, hosts: list[str]
+) -> Iterator[tuple[DelayingForwarder, object]]:
     sites = {host: generated_site(host, args.pages, fanout=args.pages) for host in hosts}
     with serve_sites(sites, timeout=args.keep_alive) as server:  # type: ignore[arg-type]
-        upstream = ("127.0.0.1", server.server_address[1])
-        with DelayingProxy(upstream, args.one_way) as proxy:
+        proxy = DelayingForwarder(("127.0.0.1", server.server_address[1]), args.one_way)
+        try:
             yield proxy, server
+        finally:
+            proxy.close()
 
 
 def main() -> int:
@@ -167,7 +154,7 @@ def main() -> int:
                 rows["wall"].append(wall)
                 rows["answered"].append(len(server.hits))  # type: ignore[attr-defined]
                 rows["sent"].append(proxy.requests)
-                rows["connections"].append(proxy.connections)
+                rows["connections"].append(proxy.accepted)
                 rows["pages"].append(sum(s["pages_done"] for s in sites))
             print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" if k == "wall" else
                                                   f"{k} {v[-1]:.0f}" for k, v in rows.items()),
