@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from common import children_private_kb, vm_hwm_kb, write_settings
@@ -423,10 +424,13 @@ def crawl_ours(
     parse_worker: bool = False,
     downloading: str | None = None,
     storage: str | None = None,
+    fresh: bool = True,
+    **crawl: Any,
 ) -> tuple[Measure, int, set[str], str]:
     """rccrawler with the settings of the issue (``threads.one_core: false``,
-    ``threads.parse_worker: true``, another ``threads.downloading`` or a ``storage`` URL
-    if asked); pages from report.json, URLs from nodes.csv."""
+    ``threads.parse_worker: true``, another ``threads.downloading``, a ``storage`` URL or
+    other ``crawl`` keys if asked), ``--fresh`` unless resuming; pages from report.json,
+    URLs from nodes.csv."""
     threads: dict[str, bool | int | str] = {}
     if downloading is not None:
         threads["downloading"] = downloading if downloading == "auto" else int(downloading)
@@ -435,9 +439,11 @@ def crawl_ours(
     if parse_worker:
         threads["parse_worker"] = True
     config = write_settings(
-        folder, [url], threads=threads or None, storage=storage, obey_robots=True, max_depth=1000
-    )
-    cmd = [*rccrawler_command(), "--config", str(config), "--fresh", "--no-tui", "-q"]
+        folder, [url], threads=threads or None, storage=storage,
+        **{"obey_robots": True, "max_depth": 1000, **crawl},
+    )  # fmt: skip
+    cmd = [*rccrawler_command(), "--config", str(config), "--no-tui", "-q"]
+    cmd += ["--fresh"] if fresh else []
     measure = run_measured(cmd, folder, folder / "crawler.out", timeout)
     report_path = folder / "output" / "report.json"
     if measure.exit_code != 0 or not report_path.exists():

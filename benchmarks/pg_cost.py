@@ -32,12 +32,10 @@ run ``python -m rccrawler`` with this interpreter and inherit it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,8 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
-from common import spread, write_settings
-from crawl_bench import SITES, Nginx, crawl_ours, rccrawler_command, warm_page_cache
+from common import spread
+from crawl_bench import SITES, Nginx, crawl_ours, warm_page_cache
 
 from rccrawler.data.storage import discard_storage
 from rccrawler.manager import load_settings
@@ -360,25 +358,19 @@ def counted_resume(url: str, folder: Path, pages: int) -> tuple[WireCounter, int
     to its end, the resumed run through a WireCounter: its counter, and the pages the
     resumed run fetched."""
     done: list[int] = []
-    storage = ""
     try:
         for limit in (pages // 2, 0):
             with WireCounter() as wire:
-                storage = wire.url
-                config = write_settings(folder, [url], storage=wire.url, obey_robots=True,
-                                        max_depth=1000, max_pages=limit)  # fmt: skip
-                again = [] if done else ["--fresh"]
-                command = [*rccrawler_command(), "--config", str(config), "--no-tui", "-q"]
-                with (folder / "crawler.out").open("ab") as out:
-                    code = subprocess.run([*command, *again], stdout=out, stderr=out).returncode
-                if code != 0:
-                    sys.exit(f"pg_cost: the crawl failed; see {folder / 'crawler.out'}")
-                report = json.loads((folder / "output" / "report.json").read_text())
-                (site,) = report["sites"].values()
-                done.append(int(site["pages_done"]))
+                measure, pages_done, _urls, note = crawl_ours(
+                    url, folder, 600, downloading="8", storage=wire.url, fresh=not done,
+                    max_pages=limit,
+                )  # fmt: skip
+            if measure.exit_code != 0:
+                sys.exit(f"pg_cost: the crawl failed ({note}); see {folder / 'crawler.out'}")
+            done.append(pages_done)
         return wire, done[1] - done[0]
     finally:
-        if storage:
+        if (folder / "settings.yaml").exists():
             discard_storage(load_settings(folder / "settings.yaml")[1])
 
 
