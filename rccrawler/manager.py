@@ -788,6 +788,7 @@ class ApplicationManager:
             logger.error("cannot write the output directory %s: %s", self.settings.output_dir, exc)
             self.unload_failures.append(f"cannot write {self.settings.output_dir}: {exc}")
             return self.unload_failures
+        self.data.prepare_output()
         try:
             for cls in self.unloader_classes:
                 unloader = None

@@ -364,6 +364,11 @@ class DataManager(ABC):
         return False
 
     # -- reading -------------------------------------------------------------
+    def prepare_output(self) -> None:
+        """The unloaders are about to read the whole crawl (its end, ``export``): a
+        storage whose query planner keeps statistics of the tables brings them up to
+        date here, since they were taken as the crawl grew. Nothing by default."""
+
     @abstractmethod
     def statistics(self) -> CrawlStats:
         """A frozen snapshot of running counters; never a table scan."""
