@@ -21,15 +21,16 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from crawling import wait_until
+
 __all__ = ["BIN", "Cluster", "own_cluster", "unavailable"]
 
 BIN = Path(os.environ.get("RCCRAWLER_PG_BIN", "/usr/lib/postgresql/15/bin"))
-"""Where initdb and pg_ctl are."""
+"""Where PostgreSQL's programs are (initdb, pg_ctl, postgres, pg_isready)."""
 MEMORY = Path("/dev/shm")
 """A file system in memory, for the cluster's folder when the machine has it."""
 
@@ -93,12 +94,16 @@ class Cluster:
                 as_postgres(command), stdin=subprocess.DEVNULL, stdout=log, stderr=log
             )
         ready = [str(BIN / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)]
-        deadline = time.monotonic() + timeout
-        while subprocess.run(ready, timeout=timeout, check=False).returncode != 0:
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                log_text = (self.folder / "server.log").read_text(errors="replace")
-                raise RuntimeError(f"the server did not start:\n{log_text[-2000:]}")
-            time.sleep(0.05)
+        server = self.process
+
+        def up() -> bool:
+            return subprocess.run(ready, timeout=timeout, check=False).returncode == 0
+
+        # Ends early when the server exits instead (a bad option, a port taken).
+        answered = wait_until(lambda: server.poll() is not None or up(), timeout, interval=0.05)
+        if not answered or server.poll() is not None:
+            log_text = (self.folder / "server.log").read_text(errors="replace")
+            raise RuntimeError(f"the server did not start:\n{log_text[-2000:]}")
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server as a restart does (``fast``: every session is ended at once)."""
