@@ -1513,11 +1513,9 @@ class PostgresDataManager(CoordinatedDataManager):
         the sites' arcs, 0.45 s instead of 0.01 s, in about one crawl in ten of 3
         workers (``benchmarks/scale_out.py``). It costs 0.02–0.03 s there, once a crawl
         (``export`` reads the state read-only, as the end left it). Waits for an
-        ANALYZE under way."""
+        ANALYZE under way (its lock)."""
         if self.read_only:
             return
-        if self._analyzer is not None:
-            self._analyzer.join()
         self._analyze(OUTPUT_TABLES, wait=True)
 
     def _analyze(self, tables: Sequence[str] = (), *, wait: bool = False) -> None:
